@@ -1,0 +1,1 @@
+"""Calibration profiles (data), fitting them to measurements, and validating predictions."""

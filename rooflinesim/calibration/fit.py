@@ -1,0 +1,231 @@
+"""Fit a calibration profile to measurements, and measure its error on held-out shapes.
+
+Each fit group is one kernel family (and dtype or backend) with a few physical
+parameters: the achievable fraction of peak compute and of HBM bandwidth, a launch
+floor, the sharpness of the roofline corner, and shape losses (k fill per tile,
+misaligned strides, key-block fill in attention, bandwidth ramp of small transfers).
+Parameters are fitted by robust least squares on log(predicted / measured), so every
+record counts by its relative error. Groups are fitted in order (memory kernels, then
+GEMMs, then attention, then MoE layers that reuse both, then collectives).
+
+Error is reported by k-fold cross-validation over *shapes*: all records of one shape
+fall in the same fold, so a shape is never predicted by a fit that saw it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from .profile import CollectiveParams, KernelParams, Profile
+from .records import COLLECTIVES, Measurements
+from .validate import stats
+
+# name -> (initial value, lower bound, upper bound, typical scale)
+PARAMS = {
+    "compute_efficiency": (0.8, 0.02, 1.0, 0.1),
+    "vector_efficiency": (0.5, 0.01, 1.0, 0.1),
+    "memory_efficiency": (0.8, 0.02, 1.0, 0.1),
+    "launch_s": (3e-6, 0.0, 2e-4, 1e-6),
+    "corner": (3.0, 1.05, 30.0, 1.0),
+    "k_overhead": (64.0, 0.0, 8192.0, 32.0),
+    "misaligned_efficiency": (0.7, 0.05, 1.0, 0.1),
+    "seq_overhead": (128.0, 0.0, 16384.0, 64.0),
+    "memory_half_bytes": (1e6, 0.0, 1e9, 1e5),
+    "latency_s": (10e-6, 0.0, 1e-3, 1e-6),
+    "step_latency_s": (0.0, 0.0, 1e-4, 1e-6),
+    "link_efficiency": (0.8, 0.02, 1.0, 0.1),
+}
+
+
+@dataclass
+class Group:
+    """One fit: which records, where the parameters go, which are free."""
+
+    name: str  # e.g. "gemm/bf16"
+    family: str  # profile section: a kernel family, or "collective"
+    key: str  # dtype, backend or kind inside the family
+    select: object  # rec -> bool
+    free: tuple  # parameter names fitted
+    fixed: dict = field(default_factory=dict)  # other KernelParams fields
+    also: tuple = ()  # (family, key) that receive the same parameters
+
+
+def _groups(meas: Measurements) -> list[Group]:
+    recs = meas.records
+    seen = lambda op, f: sorted({f(r) for r in recs if r["op"] == op})  # noqa: E731
+    out = [
+        Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
+              ("memory_efficiency", "launch_s", "memory_half_bytes")),
+        Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
+              ("memory_efficiency", "launch_s", "memory_half_bytes"),
+              also=(("memory", "layernorm"), ("memory", "softmax"), ("memory", "add"),
+                    ("memory", "silu_mul"), ("memory", "gather"), ("memory", "default"))),
+    ]
+    for dt in seen("gemm", lambda r: r.get("dtype", "bf16")):
+        out.append(Group(f"gemm/{dt}", "gemm", dt,
+                         lambda r, dt=dt: r["op"] == "gemm" and r.get("dtype", "bf16") == dt,
+                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
+                          "k_overhead", "misaligned_efficiency"),
+                         fixed={"tile_m": 128, "tile_n": 128}))
+    for be in seen("attention", lambda r: r.get("backend") or "fa3"):
+        out.append(Group(f"attention/{be}", "attention", be,
+                         lambda r, be=be: r["op"] == "attention" and (r.get("backend") or "fa3") == be,
+                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
+                          "seq_overhead"),
+                         fixed={"tile_m": 64}))
+    if any(r["op"] == "moe" for r in recs):
+        out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
+                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner"),
+                         fixed={"tile_m": 128}))
+    for kind in seen_any(recs, COLLECTIVES):
+        out.append(Group(kind, "collective", kind, lambda r, kind=kind: r["op"] == kind,
+                         ("latency_s", "link_efficiency")))
+    return out
+
+
+def seen_any(recs, ops):
+    return [op for op in ops if any(r["op"] == op for r in recs)]
+
+
+def _with(profile: Profile, group: Group, values: dict) -> Profile:
+    """A copy of ``profile`` with the group's parameters set."""
+    kernels = {f: dict(t) for f, t in profile.kernels.items()}
+    collectives = dict(profile.collectives)
+    if group.family == "collective":
+        collectives[group.key] = CollectiveParams(**values)
+    else:
+        params = KernelParams(**{**group.fixed, **values})
+        for fam, key in ((group.family, group.key), *group.also):
+            kernels.setdefault(fam, {})[key] = params
+    return profile.model_copy(update={"kernels": kernels, "collectives": collectives})
+
+
+def _shape_key(rec: dict) -> tuple:
+    skip = {"dtype", "backend", "measured_s", "min_s", "max_s", "status", "case_id", "run_id",
+            "suite", "graph", "calls", "sets", "replays", "kernels", "kernel_names", "_source",
+            "hardware", "algbw_bytes_per_s", "busbw_bytes_per_s", "error"}
+    return tuple(sorted((k, v) for k, v in rec.items()
+                        if k not in skip and not isinstance(v, (list, dict))))
+
+
+def _predict_all(records, spec, profile) -> np.ndarray:
+    from .validate import predict_records
+
+    preds = predict_records(records, spec, profile)
+    return np.array([np.nan if p is None else p for _, p, _ in preds])
+
+
+def _fit_group(group: Group, records, spec, base: Profile) -> dict:
+    from scipy.optimize import least_squares
+
+    meas = np.array([r["measured_s"] for r in records])
+    names = group.free
+    x0 = np.array([PARAMS[n][0] for n in names])
+    lo = np.array([PARAMS[n][1] for n in names])
+    hi = np.array([PARAMS[n][2] for n in names])
+    scale = np.array([PARAMS[n][3] for n in names])
+
+    def residual(x):
+        prof = _with(base, group, dict(zip(names, x)))
+        pred = _predict_all(records, spec, prof)
+        r = np.log(pred / meas)
+        return np.where(np.isfinite(r), r, 5.0)
+
+    best = None
+    for start in (x0, np.clip(x0 * 0.5 + hi * 0.0 + lo * 0.5 + 0.25 * (hi - lo) * (scale > 0.5), lo, hi)):
+        res = least_squares(residual, np.clip(start, lo, hi), bounds=(lo, hi), x_scale=scale,
+                            loss="soft_l1", f_scale=0.05, max_nfev=300)
+        if best is None or res.cost < best.cost:
+            best = res
+    return {n: float(v) for n, v in zip(names, best.x)}
+
+
+def _folds(records, k: int, seed: int = 0):
+    keys = sorted({_shape_key(r) for r in records})
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(keys))
+    fold_of = {keys[i]: j % k for j, i in enumerate(order)}
+    return [fold_of[_shape_key(r)] for r in records]
+
+
+def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[Profile, dict]:
+    """Fit every group in order; return the profile and held-out error per record op."""
+    if not meas.records:
+        raise UserError("no successful measurements to fit")
+    groups = _groups(meas)
+    profile = Profile(gpu=spec.name, kind="fitted")
+    cv_errors: dict[str, list[float]] = {}
+    group_cv: dict[str, dict] = {}
+    for group in groups:
+        recs = [r for r in meas.records if group.select(r)
+                and r.get("hardware") in (None, spec.name)]
+        if len(recs) < 3:
+            continue
+        fold = _folds(recs, min(folds, len({_shape_key(r) for r in recs})))
+        held = np.full(len(recs), np.nan)
+        for f in sorted(set(fold)):
+            train = [r for r, g in zip(recs, fold) if g != f]
+            test_idx = [i for i, g in enumerate(fold) if g == f]
+            if len(train) < len(group.free):
+                continue
+            values = _fit_group(group, train, spec, profile)
+            pred = _predict_all([recs[i] for i in test_idx], spec, _with(profile, group, values))
+            held[test_idx] = pred
+        values = _fit_group(group, recs, spec, profile)
+        profile = _with(profile, group, values)
+        ok = np.isfinite(held)
+        errs = held[ok] / np.array([r["measured_s"] for r in recs])[ok] - 1
+        if errs.size:
+            group_cv[group.name] = stats(errs)
+            for r, e in zip([r for r, o in zip(recs, ok) if o], errs):
+                cv_errors.setdefault(r["op"], []).append(float(e))
+    cv = {op: stats(e) for op, e in sorted(cv_errors.items())}
+    run = next(iter(meas.runs.values()), {})
+    profile = profile.model_copy(update={
+        "provenance": {
+            "vendor": spec.vendor,
+            "device": run.get("device_name") or run.get("device"),
+            "driver": run.get("driver_version") or run.get("driver"),
+            "torch": run.get("torch_version") or run.get("torch"),
+            "cuda": run.get("cuda_version") or run.get("cuda"),
+            "measured": sorted({str(r.get("date", ""))[:10] for r in meas.runs.values()} - {""}),
+            "fitted": _dt.date.today().isoformat(),
+            "measurements": len(meas.records),
+            "files": list(sources),
+            "method": f"robust least squares on log time; {folds}-fold cross-validation over shapes",
+        },
+        "validation": {"cross_validated": cv, "groups": group_cv},
+    })
+    return profile, cv
+
+
+def write_profile(profile: Profile, path) -> None:
+    import yaml
+
+    data = profile.model_dump(exclude_defaults=False)
+    # keep the file readable: drop parameters left at their ideal defaults
+    ideal = KernelParams().model_dump()
+    for fam in data["kernels"].values():
+        for key, params in fam.items():
+            fam[key] = {k: _round(v) for k, v in params.items() if v != ideal[k]}
+    data["collectives"] = {k: {kk: _round(vv) for kk, vv in v.items()}
+                           for k, v in data["collectives"].items()}
+    data["validation"] = _round(data["validation"])
+    header = (f"# Calibration profile for {profile.gpu}, fitted by `rooflinesim calibrate`.\n"
+              "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n")
+    Path(path).write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+
+
+def _round(x):
+    if isinstance(x, float):
+        return float(f"{x:.4g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x

@@ -1,0 +1,140 @@
+"""A calibration profile: the achievable fractions of a GPU's datasheet ceilings and the
+fixed costs of its kernels, per kernel family, as a YAML file a fit fills in.
+
+The ideal profile (every efficiency 1, no floors, hard roofline corner) is the plain
+datasheet roofline. Efficiencies are fractions of the spec's peaks, so a profile fitted
+on one GPU transfers to another GPU of its kind through that GPU's spec.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import UserError
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class KernelParams(BaseModel):
+    """Parameters of one kernel family (optionally one dtype or backend of it).
+
+    latency = kernels * launch_s + corner-norm(compute_s, hbm_s, l2_s), where
+    compute_s uses ``compute_efficiency`` of the dtype's peak (and the tile, k-overhead
+    and wave losses where set) and hbm_s uses ``memory_efficiency`` of HBM bandwidth.
+    """
+
+    model_config = _STRICT
+    compute_efficiency: float = Field(1.0, gt=0, le=1.0)
+    vector_efficiency: float = Field(1.0, gt=0, le=1.0)
+    memory_efficiency: float = Field(1.0, gt=0, le=1.0)
+    launch_s: float = Field(0.0, ge=0)
+    corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max")
+    tile_m: int = Field(1, ge=1)
+    tile_n: int = Field(1, ge=1)
+    k_overhead: float = Field(0.0, ge=0, description="per-tile pipeline fill, in k elements")
+    wave_quantization: bool = False
+    misaligned_efficiency: float = Field(1.0, gt=0, le=1.0,
+                                         description="rate factor when a row stride is not 16-byte aligned")
+    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys")
+    l2_efficiency: float = Field(0.0, ge=0, le=1.0,
+                                 description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
+    memory_half_bytes: float = Field(0.0, ge=0,
+                                     description="bytes at which a kernel reaches half its bandwidth")
+
+
+class CollectiveParams(BaseModel):
+    model_config = _STRICT
+    latency_s: float = Field(0.0, ge=0, description="fixed cost of one call")
+    step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step")
+    link_efficiency: float = Field(1.0, gt=0, le=1.0)
+
+
+class Profile(BaseModel):
+    model_config = _STRICT
+    gpu: str | None = None
+    kind: Literal["ideal", "fitted", "transferred"] = "ideal"
+    provenance: dict = Field(default_factory=dict)
+    kernels: dict[str, dict[str, KernelParams]] = Field(default_factory=dict)
+    collectives: dict[str, CollectiveParams] = Field(default_factory=dict)
+    validation: dict = Field(default_factory=dict)
+
+    def params(self, family: str, *keys: str) -> KernelParams:
+        """The most specific parameters: the first key present, then 'default'."""
+        table = self.kernels.get(family, {})
+        for key in (*keys, "default"):
+            if key and key in table:
+                return table[key]
+        return _IDEAL
+
+    def collective(self, kind: str) -> CollectiveParams:
+        return self.collectives.get(kind) or self.collectives.get("default") or _IDEAL_COLL
+
+
+_IDEAL = KernelParams()
+_IDEAL_COLL = CollectiveParams()
+IDEAL = Profile()
+
+
+def load_profile_file(path) -> Profile:
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except FileNotFoundError:
+        raise UserError(f"profile file '{path}' does not exist") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path.name}: not valid YAML ({str(e).splitlines()[0]})") from None
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"{path.name}: {where}: {err['msg']}") from None
+
+
+def _bundled_dir():
+    from importlib.resources import files
+
+    return files("rooflinesim.hardware_specs") / "profiles"
+
+
+@lru_cache(maxsize=None)
+def bundled_profile(gpu: str) -> Profile | None:
+    """The fitted profile shipped for ``gpu``, if the project measured it."""
+    p = _bundled_dir() / f"{gpu}.yaml"
+    if not p.is_file():
+        return None
+    return load_profile_file(p)
+
+
+def bundled_profiles() -> list[str]:
+    d = _bundled_dir()
+    if not d.is_dir():
+        return []
+    return sorted(x.name[:-5] for x in d.iterdir() if x.name.endswith(".yaml"))
+
+
+def resolve_profile(spec, profile: str | None = None) -> Profile:
+    """``profile``: None (the GPU's fitted profile, else one transferred from a measured
+    GPU of the same vendor, else ideal), 'ideal', a bundled GPU name, or a YAML path."""
+    if profile == "ideal":
+        return IDEAL
+    if profile is not None:
+        if profile.endswith((".yaml", ".yml")) or Path(profile).is_file():
+            return load_profile_file(profile)
+        found = bundled_profile(profile)
+        if found is None:
+            raise UserError(f"no profile named '{profile}'; bundled profiles: "
+                            f"{', '.join(bundled_profiles()) or 'none'}, or 'ideal', or a YAML path")
+        return found
+    own = bundled_profile(spec.name)
+    if own is not None:
+        return own
+    from .transfer import transferred_profile
+
+    return transferred_profile(spec)

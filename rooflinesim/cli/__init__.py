@@ -1,0 +1,1 @@
+"""The ``rooflinesim`` command line: thin click commands over the Python API."""

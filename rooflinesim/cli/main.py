@@ -1,0 +1,62 @@
+"""Entry point: the click group, and the one place where user errors become one sentence
+on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import UserError
+from .predict import predict
+from .specs import specs
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rooflinesim")
+def cli():
+    """rooflinesim: roofline and calibrated performance models of LLM inference kernels."""
+
+
+cli.add_command(specs)
+cli.add_command(predict)
+
+
+def _register_lazy():
+    from .formula import formula
+    from .measure import calibrate, harness, validate
+
+    cli.add_command(formula)
+    cli.add_command(harness)
+    cli.add_command(calibrate)
+    cli.add_command(validate)
+
+
+_register_lazy()
+
+
+def main(argv=None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="rooflinesim", standalone_mode=False)
+    except UserError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # click >= 8.2: a bare group prints help
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
+        click.echo(f"error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code if e.exit_code != 1 else 2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""`rooflinesim harness run`, `rooflinesim calibrate` and `rooflinesim validate`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .common import emit_json, gpu_options, json_option, load_gpu, load_profile, profile_label, table
+
+
+@click.group()
+def harness():
+    """Measure real kernels on this machine's GPU (or CPU) into JSON Lines."""
+
+
+@harness.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                   "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(args):
+    """Run measurement suites (`rooflinesim harness run --help` for the options)."""
+    from ..harness.cli import main as harness_main
+
+    rc = harness_main(["run", *args])
+    sys.exit(rc or 0)
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@gpu_options
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Profile YAML to write.")
+@click.option("--force", is_flag=True, help="Overwrite an existing profile file.")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Cross-validation folds over shapes.")
+def calibrate(files, gpu, spec_files, output, force, folds):
+    """Fit a calibration profile to measurements; report its error on held-out shapes."""
+    from pathlib import Path
+
+    from ..calibration import fit, records
+    from ..errors import UserError
+
+    out = Path(output)
+    if out.exists() and not force:
+        raise UserError(f"{out} exists; pass --force to overwrite it")
+    spec = load_gpu(gpu, spec_files)
+    meas = records.load(files)
+    profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files])
+    fit.write_profile(profile, out)
+    click.echo(f"wrote {out}: {sum(s['n'] for s in cv.values())} measurements, "
+               f"{folds}-fold cross-validated error on held-out shapes:")
+    click.echo(_stats_table(cv))
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@gpu_options
+@click.option("--profile", default=None, help="Profile to validate (default: the GPU's own).")
+@click.option("--worst", type=click.IntRange(min=0), default=8, show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a predicted-vs-measured chart (HTML).")
+@json_option
+def validate(files, gpu, spec_files, profile, worst, plot, as_json):
+    """Predict measured records and report the error per op."""
+    from ..calibration import records
+    from ..calibration.validate import validate as run_validate
+
+    spec = load_gpu(gpu, spec_files)
+    prof = load_profile(spec, profile)
+    meas = records.load(files)
+    rep = run_validate(meas, spec, prof, profile or profile_label(prof))
+    if plot:
+        from ..charts import validation_figure, write_html
+
+        write_html(validation_figure(rep), plot)
+    if as_json:
+        emit_json(rep.as_dict(worst))
+        return
+    click.echo(f"{len(rep.rows)} records predicted on {spec.name} [profile: {profile_label(prof)}]")
+    click.echo(_stats_table(rep.ops))
+    if worst and rep.rows:
+        click.echo("\nworst cases:")
+        click.echo(table([(r["op"], r["case"][:70], f"{r['measured_s'] * 1e6:.1f}",
+                           f"{r['predicted_s'] * 1e6:.1f}", f"{100 * r['error']:+.1f}%")
+                          for r in rep.worst(worst)],
+                         headers=("op", "case", "measured µs", "predicted µs", "error")))
+    if rep.skipped:
+        click.echo(f"\n{len(rep.skipped)} records not predicted:")
+        reasons: dict[str, int] = {}
+        for s in rep.skipped:
+            key = f"{s['op']}: {s['reason']}"
+            reasons[key] = reasons.get(key, 0) + 1
+        for key, count in sorted(reasons.items(), key=lambda x: -x[1])[:12]:
+            click.echo(f"  {count:5d}  {key}")
+
+
+def _stats_table(ops: dict) -> str:
+    return table([(op, s["n"], f"{100 * s['median_ape']:.1f}%", f"{100 * s['p90_ape']:.1f}%",
+                   f"{100 * s['max_ape']:.1f}%", f"{100 * s['bias']:+.1f}%") for op, s in ops.items()],
+                 headers=("op", "n", "median |err|", "p90 |err|", "max |err|", "bias"))

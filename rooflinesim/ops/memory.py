@@ -1,0 +1,112 @@
+"""Memory-bound kernels: copy, elementwise (residual add, gated activation, ...),
+RMSNorm/LayerNorm and row softmax. Their time is set by bytes, not FLOPs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..dtypes import bytes_per_element
+from ..work import Work
+from .base import Op, check_choice, check_positive
+
+
+@dataclass(frozen=True)
+class Copy(Op):
+    """Device-to-device copy of one buffer of ``bytes``: it is read once and written once."""
+
+    bytes: Any
+    name: str = ""
+
+    family: ClassVar[str] = "copy"
+
+    def __post_init__(self):
+        check_positive(bytes=self.bytes)
+
+    def work(self) -> Work:
+        return Work(hbm_bytes=2 * self.bytes, kernels=1)
+
+
+# kind -> (inputs read, outputs written, vector FLOPs, special-function ops) per output element
+ELEMENTWISE = {
+    "add": (2, 1, 1, 0),  # residual add
+    "mul": (2, 1, 1, 0),
+    "silu_mul": (2, 1, 4, 1),  # SwiGLU: silu(gate) * up, gate and up read, one exp
+    "gelu_mul": (2, 1, 8, 1),  # GeGLU (tanh approximation)
+    "silu": (1, 1, 3, 1),
+    "scale": (1, 1, 1, 0),
+    "cast": (1, 1, 0, 0),
+}
+
+
+@dataclass(frozen=True)
+class Elementwise(Op):
+    """An elementwise kernel over ``elements`` output elements."""
+
+    elements: Any
+    kind: str = "add"
+    dtype: str = "bf16"
+    name: str = ""
+
+    family: ClassVar[str] = "elementwise"
+
+    def __post_init__(self):
+        check_positive(elements=self.elements)
+        check_choice("elementwise kind", self.kind, ELEMENTWISE)
+
+    def work(self) -> Work:
+        ins, outs, flops, sfu = ELEMENTWISE[self.kind]
+        b = bytes_per_element(self.dtype)
+        return Work(vector_flops=flops * self.elements, sfu_ops=sfu * self.elements,
+                    hbm_bytes=(ins + outs) * self.elements * b, kernels=1)
+
+
+@dataclass(frozen=True)
+class Norm(Op):
+    """RMSNorm or LayerNorm over rows of ``hidden``: read x and the weight, write y."""
+
+    tokens: Any
+    hidden: Any
+    dtype: str = "bf16"
+    kind: str = "rmsnorm"
+    name: str = ""
+
+    family: ClassVar[str] = "norm"
+
+    def __post_init__(self):
+        check_positive(tokens=self.tokens, hidden=self.hidden)
+        check_choice("norm kind", self.kind, ("rmsnorm", "layernorm", "softmax"))
+
+    def work(self) -> Work:
+        b = bytes_per_element(self.dtype)
+        elems = self.tokens * self.hidden
+        params = {"rmsnorm": 1, "layernorm": 2, "softmax": 0}[self.kind]
+        # rmsnorm: square, sum, scale, weight (4/elt); layernorm adds the mean (6/elt);
+        # softmax: max, subtract, sum, divide (4/elt) and one exp per element
+        flops = {"rmsnorm": 4, "layernorm": 6, "softmax": 4}[self.kind] * elems
+        sfu = elems if self.kind == "softmax" else self.tokens  # exp, or one rsqrt per row
+        return Work(vector_flops=flops, sfu_ops=sfu,
+                    hbm_bytes=2 * elems * b + params * self.hidden * b, kernels=1)
+
+
+@dataclass(frozen=True)
+class Gather(Op):
+    """Row gather/scatter (MoE dispatch permutation and weighted combine): reads
+    ``rows_in`` rows of ``width`` elements and writes ``rows_out`` rows."""
+
+    rows_in: Any
+    rows_out: Any
+    width: Any
+    dtype: str = "bf16"
+    name: str = ""
+
+    family: ClassVar[str] = "gather"
+
+    def __post_init__(self):
+        check_positive(rows_in=self.rows_in, rows_out=self.rows_out, width=self.width)
+
+    def work(self) -> Work:
+        b = bytes_per_element(self.dtype)
+        # a weighted combine adds rows_in rows into rows_out: one multiply-add per input element
+        return Work(vector_flops=2 * self.rows_in * self.width,
+                    hbm_bytes=(self.rows_in + self.rows_out) * self.width * b, kernels=1)

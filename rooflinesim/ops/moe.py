@@ -1,0 +1,194 @@
+"""A mixture-of-experts layer with SwiGLU experts, as the kernels that run it:
+
+router GEMM -> softmax/top-k -> dispatch permutation -> grouped GEMM (gate and up) ->
+SiLU(gate)*up -> grouped GEMM (down) -> weighted combine, with an all-to-all before and
+after the experts when they are sharded over ``ep`` GPUs (expert parallelism).
+
+How tokens land on experts is given by one of:
+  tokens_per_expert: explicit counts (a tuple of length ``experts``);
+  routing="uniform": each token picks top_k distinct experts uniformly: an expert is
+      touched with probability 1-(1-k/E)^T, so E*(1-(1-k/E)^T) experts have work, and the
+      busiest expert's load is approximated by mean + sqrt(2 ln(E) var) (the Gaussian
+      extreme value of E Binomial(T, k/E) loads), capped at T;
+  imbalance=x: the busiest expert gets x times the mean load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..dtypes import bytes_per_element
+from ..errors import UserError
+from ..symbolic import ceil, is_symbolic, log, maximum, minimum, where
+from ..work import Work, total
+from .base import Op, check_choice, check_positive
+from .collectives import Collective
+from .gemm import FORMATS, TILE_M, Gemm
+from .memory import Elementwise, Gather, Norm
+
+
+@dataclass(frozen=True)
+class GroupedGemm(Op):
+    """One kernel computing a GEMM per expert: ``rows`` routed rows in all, spread over
+    ``experts`` experts that have work, each [rows_e, k] @ W_e[n, k]^T."""
+
+    rows: Any
+    n: Any
+    k: Any
+    experts: Any
+    dtype: str = "bf16"
+    row_tiles: Any = None  # sum over experts of ceil(rows_e / TILE_M); default: even split
+    name: str = ""
+
+    family: ClassVar[str] = "grouped_gemm"
+
+    def __post_init__(self):
+        check_choice("GEMM dtype", self.dtype, FORMATS)
+        check_positive(rows=self.rows, n=self.n, k=self.k, experts=self.experts)
+
+    def tiles_m(self):
+        if self.row_tiles is not None:
+            return self.row_tiles
+        return self.experts * ceil(self.rows / (self.experts * TILE_M))
+
+    def work(self) -> Work:
+        act, wt, out, rate = FORMATS[self.dtype]
+        a, w, c = (bytes_per_element(x) for x in (act, wt, out))
+        return Work(
+            tensor_flops={rate: 2 * self.rows * self.n * self.k},
+            hbm_bytes=self.rows * self.k * a + self.experts * self.n * self.k * w
+            + self.rows * self.n * c,
+            kernels=1,
+        )
+
+
+def expected_touched(tokens, experts, top_k):
+    """Expected experts with at least one token under uniform top-k routing."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def expected_busiest(tokens, experts, top_k):
+    """Approximate expected load of the busiest expert under uniform routing."""
+    p = top_k / experts
+    mean = tokens * p
+    var = tokens * p * (1 - p)
+    return minimum(tokens, mean + (2 * log(experts) * var) ** 0.5)
+
+
+@dataclass(frozen=True)
+class MoE(Op):
+    tokens: Any
+    hidden: Any
+    ffn: Any  # per expert
+    experts: Any
+    top_k: Any
+    dtype: str = "bf16"  # expert weight format (a GEMM format)
+    act_dtype: str = "bf16"
+    routing: str = "uniform"
+    tokens_per_expert: tuple | None = None
+    imbalance: Any = None
+    ep: Any = 1  # expert-parallel degree: experts sharded over ep GPUs
+    name: str = ""
+
+    family: ClassVar[str] = "moe"
+
+    def __post_init__(self):
+        check_positive(tokens=self.tokens, hidden=self.hidden, ffn=self.ffn,
+                       experts=self.experts, top_k=self.top_k, ep=self.ep)
+        check_choice("GEMM dtype", self.dtype, FORMATS)
+        check_choice("routing", self.routing, ("uniform", "balanced", "explicit"))
+        if not is_symbolic(self.top_k, self.experts) and np.any(
+                np.asarray(self.top_k) > np.asarray(self.experts)):
+            raise UserError("top_k cannot exceed the number of experts")
+        if self.tokens_per_expert is not None:
+            counts = np.asarray(self.tokens_per_expert)
+            if counts.ndim != 1 or counts.size != int(self.experts) or np.any(counts < 0):
+                raise UserError("tokens_per_expert needs one non-negative count per expert")
+            object.__setattr__(self, "routing", "explicit")
+        if self.imbalance is not None and not is_symbolic(self.imbalance):
+            if np.any(np.asarray(self.imbalance) < 1):
+                raise UserError("imbalance is the busiest expert's load over the mean; it must be >= 1")
+        if not is_symbolic(self.experts, self.ep) and np.any(
+                np.asarray(self.experts) % np.asarray(self.ep) != 0):
+            raise UserError("the expert-parallel degree must divide the number of experts")
+
+    # --- routing statistics (per GPU when ep > 1) ---
+    def routed_rows(self):
+        return self.tokens * self.top_k
+
+    def touched(self):
+        """Experts with work (over all GPUs)."""
+        if self.tokens_per_expert is not None:
+            return int(np.count_nonzero(self.tokens_per_expert))
+        if self.routing == "balanced" or self.imbalance is not None:
+            return minimum(self.experts, self.routed_rows())
+        return expected_touched(self.tokens, self.experts, self.top_k)
+
+    def busiest(self):
+        """Load (rows) of the busiest expert."""
+        if self.tokens_per_expert is not None:
+            return int(np.max(self.tokens_per_expert))
+        mean = self.routed_rows() / self.experts
+        if self.imbalance is not None:
+            return minimum(self.tokens, self.imbalance * mean)
+        if self.routing == "balanced":
+            return ceil(mean)
+        return expected_busiest(self.tokens, self.experts, self.top_k)
+
+    def rows_per_gpu(self):
+        """Rows the busiest GPU computes: its experts' share, plus the excess of the
+        busiest expert (which lives on one GPU)."""
+        if self.tokens_per_expert is not None:
+            per_gpu = np.asarray(self.tokens_per_expert).reshape(int(self.ep), -1).sum(axis=1)
+            return int(per_gpu.max())
+        mean_expert = self.routed_rows() / self.experts
+        excess = maximum(0, self.busiest() - mean_expert)
+        return self.routed_rows() / self.ep + where(self.ep > 1, excess, 0)
+
+    def row_tiles(self):
+        """Sum over experts of ceil(rows_e / TILE_M) on the busiest GPU."""
+        if self.tokens_per_expert is not None:
+            counts = np.asarray(self.tokens_per_expert).reshape(int(self.ep), -1)
+            return int(np.ceil(counts / TILE_M).sum(axis=1).max())
+        experts = self.touched() / self.ep
+        return experts * ceil(self.rows_per_gpu() / (experts * TILE_M))
+
+    # --- the kernels ---
+    def kernels(self) -> list[tuple[str, Op]]:
+        t, h, f, e = self.tokens, self.hidden, self.ffn, self.experts
+        rows = self.rows_per_gpu()
+        experts_here = self.touched() / self.ep
+        ad = self.act_dtype
+        out = [
+            ("router", Gemm(m=t, n=e, k=h, dtype="bf16", name="router")),
+            ("topk", Norm(tokens=t, hidden=e, dtype="fp32", kind="softmax", name="topk")),
+            ("dispatch", Gather(rows_in=self.routed_rows(), rows_out=self.routed_rows(),
+                                width=h, dtype=ad, name="dispatch")),
+        ]
+        sharded = is_symbolic(self.ep) or np.any(np.asarray(self.ep) > 1)
+        a2a_bytes = self.routed_rows() * h * bytes_per_element(ad)
+        if sharded:
+            out.append(("ep_dispatch", Collective(kind="alltoall", bytes=a2a_bytes,
+                                                  world_size=self.ep, name="ep_dispatch")))
+        out += [
+            ("experts_gate_up", GroupedGemm(rows=rows, n=2 * f, k=h, experts=experts_here,
+                                            dtype=self.dtype, row_tiles=self.row_tiles(),
+                                            name="experts_gate_up")),
+            ("experts_act", Elementwise(elements=rows * f, kind="silu_mul", dtype=ad,
+                                        name="experts_act")),
+            ("experts_down", GroupedGemm(rows=rows, n=h, k=f, experts=experts_here,
+                                         dtype=self.dtype, row_tiles=self.row_tiles(),
+                                         name="experts_down")),
+        ]
+        if sharded:
+            out.append(("ep_combine", Collective(kind="alltoall", bytes=a2a_bytes,
+                                                 world_size=self.ep, name="ep_combine")))
+        out.append(("combine", Gather(rows_in=self.routed_rows(), rows_out=t, width=h,
+                                      dtype=ad, name="combine")))
+        return out
+
+    def work(self) -> Work:
+        return total(op.work() for _, op in self.kernels())

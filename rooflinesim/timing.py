@@ -1,0 +1,210 @@
+"""Work + GPU spec + calibration profile -> time. The only place where hardware meets counts.
+
+For a kernel:  latency = kernels * launch_s + corner(compute_s, hbm_s, l2_s)
+  compute_s = tensor FLOPs / (peak of their dtype * efficiency), scaled by the tile,
+              k-overhead and wave-quantization losses of GEMM-like kernels, plus vector
+              FLOPs and special functions (overlapped with the matrix work in FA3);
+  hbm_s     = HBM bytes / (bandwidth * efficiency);
+  l2_s      = L2 bytes / (L2 bandwidth * efficiency), only where the profile sets one;
+  corner    = the hard max (ideal roofline) or a fitted p-norm.
+For a collective: latency = latency_s + steps * step_latency_s + link bytes / (link
+bandwidth * efficiency). A MoE layer is the sum of its kernels' latencies.
+
+Everything is numpy-vectorized: an op built from arrays gives arrays of latencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .calibration.profile import IDEAL, KernelParams, Profile
+from .errors import UserError
+from .work import Work
+
+BOUNDS = ("compute", "hbm", "l2", "link", "launch")
+
+
+@dataclass
+class Timing:
+    latency_s: object
+    bound: object  # one of BOUNDS (an array of them for vectorized ops)
+    flops: object
+    hbm_bytes: object
+    intensity_flop_per_byte: object
+    ridge_flop_per_byte: float
+    compute_s: object = 0.0
+    hbm_s: object = 0.0
+    l2_s: object = 0.0
+    link_s: object = 0.0
+    launch_s: object = 0.0
+    losses: dict = field(default_factory=dict)  # name -> factor (>= 1) or seconds
+    parts: list = field(default_factory=list)  # (name, Timing) for composite ops
+
+    @property
+    def attained_flop_per_s(self):
+        return self.flops / self.latency_s
+
+    def as_dict(self) -> dict:
+        out = {k: _plain(getattr(self, k)) for k in (
+            "latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte",
+            "ridge_flop_per_byte", "compute_s", "hbm_s", "l2_s", "link_s", "launch_s")}
+        out["attained_flop_per_s"] = _plain(self.attained_flop_per_s)
+        out["losses"] = {k: _plain(v) for k, v in self.losses.items()}
+        if self.parts:
+            out["parts"] = [{"name": n, **t.as_dict()} for n, t in self.parts]
+        return out
+
+
+def _plain(x):
+    a = np.asarray(x)
+    if a.ndim == 0:
+        v = a.item()
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    return a.tolist()
+
+
+def corner(terms, p):
+    """Hard max (p None) or the p-norm of the terms, computed stably."""
+    top = terms[0]
+    for t in terms[1:]:
+        top = np.maximum(top, t)
+    if p is None:
+        return top
+    safe = np.where(top > 0, top, 1.0)
+    acc = 0.0
+    for t in terms:
+        acc = acc + (t / safe) ** p
+    return np.where(top > 0, safe * acc ** (1.0 / p), 0.0)
+
+
+def _bound(named: dict):
+    shape = np.broadcast(*[np.asarray(v) for v in named.values()]).shape
+    stack = np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in named.values()])
+    idx = np.argmax(stack, axis=0)
+    names = list(named)
+    if np.ndim(idx) == 0:
+        return names[int(idx)]
+    return np.asarray(names, dtype=object)[idx]
+
+
+def sfu_rate(spec):
+    # without a published special-function rate, assume 1/16 of the fp32 rate
+    # (16 SFU lanes against 128 FP32 lanes per SM, counting an FMA as 2 FLOPs)
+    return spec.compute.sfu_ops_per_s or spec.peak("fp32") / 16
+
+
+def _intensity(flops, hbm_bytes):
+    b = np.asarray(hbm_bytes, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(b > 0, np.asarray(flops, dtype=float) / np.where(b > 0, b, 1.0), np.inf)
+    return out.item() if out.ndim == 0 else out
+
+
+def math_flops(work: Work):
+    """The FLOPs a roofline plots: matrix-unit FLOPs where the kernel has them (their
+    ceiling is the dtype's peak), else its vector FLOPs."""
+    if work.tensor_flops:
+        return sum(work.tensor_flops.values())
+    return work.vector_flops
+
+
+def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap_aux=False,
+                memory_scale=1.0, losses=None) -> Timing:
+    """Time one kernel (or a fused group of kernels) from its work under parameters ``p``.
+
+    compute_scale multiplies the compute time (tile, wave and fill losses), memory_scale
+    the HBM time (e.g. misaligned accesses)."""
+    losses = dict(losses or {})
+    t_tensor = 0.0
+    for rate, flops in work.tensor_flops.items():
+        t_tensor = t_tensor + flops / (spec.peak(rate) * p.compute_efficiency)
+    t_aux = (work.vector_flops / (spec.peak("fp32") * p.vector_efficiency)
+             + work.sfu_ops / sfu_rate(spec))
+    compute = (np.maximum(t_tensor, t_aux) if overlap_aux else t_tensor + t_aux) * compute_scale
+    bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
+    hbm = (work.hbm_bytes + p.memory_half_bytes * (np.asarray(work.hbm_bytes) > 0)) / bw * memory_scale
+    l2_bw = spec.memory.l2_bandwidth_bytes_per_s
+    l2 = work.l2_bytes / (l2_bw * p.l2_efficiency) if (l2_bw and p.l2_efficiency) else 0.0 * hbm
+    body = corner([compute, hbm, l2], p.corner)
+    launch = work.kernels * p.launch_s
+    if p.compute_efficiency < 1:
+        losses["compute_efficiency"] = 1 / p.compute_efficiency
+    if p.memory_efficiency < 1:
+        losses["memory_efficiency"] = 1 / p.memory_efficiency
+    if p.launch_s:
+        losses["launch_floor_s"] = launch
+    rate = next(iter(work.tensor_flops), "fp32")
+    flops = math_flops(work)
+    return Timing(
+        latency_s=launch + body,
+        bound=_bound({"compute": compute, "hbm": hbm, "l2": l2, "launch": launch}),
+        flops=flops,
+        hbm_bytes=work.hbm_bytes,
+        intensity_flop_per_byte=_intensity(flops, work.hbm_bytes),
+        ridge_flop_per_byte=spec.peak(rate) / spec.memory.hbm_bandwidth_bytes_per_s,
+        compute_s=compute, hbm_s=hbm, l2_s=l2, launch_s=launch, losses=losses,
+    )
+
+
+def collective_time(op, spec, profile: Profile) -> Timing:
+    from .ops.collectives import bus_factor
+
+    w = op.work()
+    cp = profile.collective(op.kind)
+    link_bw = spec.interconnect.link_bandwidth_bytes_per_s
+    if not link_bw:
+        link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
+    if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
+        raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
+    if np.any(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
+        raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
+                        f"a world size of {op.world_size} would cross nodes, which is not modelled")
+    link = w.link_bytes / (link_bw * cp.link_efficiency)
+    fixed = cp.latency_s + w.link_steps * cp.step_latency_s
+    latency = fixed + link
+    t = Timing(
+        latency_s=latency,
+        bound=_bound({"link": link, "launch": fixed}),
+        flops=math_flops(w), hbm_bytes=w.hbm_bytes,
+        intensity_flop_per_byte=_intensity(math_flops(w), w.hbm_bytes),
+        ridge_flop_per_byte=spec.peak("fp32") / spec.memory.hbm_bandwidth_bytes_per_s,
+        link_s=link, launch_s=fixed,
+        losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
+    )
+    t.losses["algbw_bytes_per_s"] = op.bytes / latency
+    t.losses["busbw_bytes_per_s"] = op.bytes / latency * bus_factor(op.kind, op.world_size)
+    return t
+
+
+def predict(op, spec, profile: Profile | None = None) -> Timing:
+    """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None)."""
+    from . import rules
+
+    profile = profile or IDEAL
+    return rules.rule_for(op)(op, spec, profile)
+
+
+def sum_timings(parts: list[tuple[str, Timing]], spec) -> Timing:
+    """Kernels run one after another: latencies and counts add; the bound is the
+    part that took longest."""
+    lat = sum(t.latency_s for _, t in parts)
+    flops = sum(t.flops for _, t in parts)
+    hbm = sum(t.hbm_bytes for _, t in parts)
+    named = {n: t.latency_s for n, t in parts}
+    longest = _bound(named)
+    bound_of = {n: t.bound for n, t in parts}
+    if isinstance(longest, str):
+        bound = bound_of[longest]
+    else:
+        bound = np.array([bound_of[n][i] if isinstance(bound_of[n], np.ndarray) else bound_of[n]
+                          for i, n in enumerate(longest)], dtype=object)
+    return Timing(
+        latency_s=lat, bound=bound, flops=flops, hbm_bytes=hbm,
+        intensity_flop_per_byte=_intensity(flops, hbm),
+        ridge_flop_per_byte=parts[0][1].ridge_flop_per_byte,
+        compute_s=sum(t.compute_s for _, t in parts), hbm_s=sum(t.hbm_s for _, t in parts),
+        link_s=sum(t.link_s for _, t in parts), launch_s=sum(t.launch_s for _, t in parts),
+        parts=parts,
+    )
