@@ -98,9 +98,13 @@ def load_profile_file(path) -> Profile:
 
 
 def _bundled_dir():
-    from importlib.resources import files
+    try:
+        from importlib.resources import files
 
-    return files("rooflinesim.hardware_specs") / "profiles"
+        return files("rooflinesim.hardware_specs") / "profiles"
+    except ModuleNotFoundError:
+        # a source checkout used without installing: the folder sits beside the package
+        return Path(__file__).resolve().parents[2] / "hardware_specs" / "profiles"
 
 
 @lru_cache(maxsize=None)

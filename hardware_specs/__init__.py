@@ -1,0 +1,1 @@
+"""Bundled GPU spec files, one YAML file per GPU; read them through rooflinesim.hardware."""

@@ -1,0 +1,462 @@
+"""GPU specs: pydantic models of the hardware_specs/*.yaml files and a registry over them.
+
+A spec file holds human units ("3.35 TB/s", "50 MiB", "989 TFLOPS"); validators turn them
+into SI floats once, at load. Peak rates are dense (no 2:4 sparsity). The registry reads
+the bundled specs, every *.yaml in the directories of ROOFLINESIM_SPECS_DIR and any extra
+files passed in; it indexes names and aliases from the parsed YAML and validates a spec
+only when it is asked for, so resolving a name stays cheap.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from .dtypes import dtype as _dtype
+from .dtypes import names as _dtype_names
+from .errors import UnknownName, UserError, did_you_mean
+from .units import parse_quantity
+
+__all__ = [
+    "ENV_VAR", "RATE_KEYS", "GpuSpec", "Compute", "Memory", "Chip", "Interconnect",
+    "spec_names", "aliases", "resolve", "load_spec", "load_spec_file", "validate_spec_file",
+    "json_schema",
+]
+
+ENV_VAR = "ROOFLINESIM_SPECS_DIR"
+BUNDLED_PACKAGE = "rooflinesim.hardware_specs"
+
+# Keys of compute.dense_peak; a dtype's ``rate`` (rooflinesim.dtypes) names one of them.
+# fp64 is the vector (CUDA-core) rate, fp64_tensor the matrix rate that fp64 GEMMs use.
+RATE_KEYS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+
+# Safe loaders only (no Python object construction); the C one is much faster when built.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def _quantity(kind: str, example: str, *, optional: bool = False, allow_zero: bool = False):
+    """An SI float read from a human string such as ``example`` (or a plain SI number)."""
+
+    def convert(value: Any) -> float | None:
+        if value is None and optional:
+            return None
+        x = parse_quantity(value, kind)
+        if x < 0 or (x == 0 and not allow_zero):
+            raise UserError(f"must be {'at least' if allow_zero else 'greater than'} 0, got {value!r}")
+        return x
+
+    number = {"type": "number", ("minimum" if allow_zero else "exclusiveMinimum"): 0}
+    variants = [{"type": "string", "examples": [example]}, number]
+    if optional:
+        variants.append({"type": "null"})
+    schema = WithJsonSchema({"anyOf": variants})
+    return Annotated[float | None if optional else float, BeforeValidator(convert), schema]
+
+
+Bytes = _quantity("bytes", "80 GB")
+OptBytes = _quantity("bytes", "50 MiB", optional=True)
+Bandwidth = _quantity("bytes_per_s", "3.35 TB/s")
+LinkBandwidth = _quantity("bytes_per_s", "450 GB/s", allow_zero=True)
+OptBandwidth = _quantity("bytes_per_s", "10 TB/s", optional=True)
+Rate = _quantity("flops_per_s", "989 TFLOPS")
+OptRate = _quantity("flops_per_s", "3.9 TFLOPS", optional=True)
+OptHz = _quantity("hz", "1830 MHz", optional=True)
+Source = Annotated[str, Field(min_length=1, description="where the figures come from")]
+SpecName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Compute(_Model):
+    """Dense peak rates per dtype-rate key, and the special-function (exp) rate."""
+
+    peak_flops_per_s: dict[str, Rate] = Field(
+        alias="dense_peak",
+        description=f"dense (no sparsity) peak per rate key, one of: {', '.join(RATE_KEYS)}; "
+        "omit a key the hardware lacks",
+        json_schema_extra={"propertyNames": {"enum": list(RATE_KEYS)}},
+    )
+    sfu_ops_per_s: OptRate = Field(
+        None, alias="special_function", description="special-function (exp, rcp) ops per second"
+    )
+    sfu_estimated: bool = Field(False, alias="special_function_estimated")
+    source: Source
+
+    @field_validator("peak_flops_per_s", mode="before")
+    @classmethod
+    def _known_rate_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            if not value:
+                raise UserError("needs at least one rate")
+            for key in value:
+                if key not in RATE_KEYS:
+                    raise UserError(f"unknown rate '{key}'; known: {', '.join(RATE_KEYS)}")
+        return value
+
+
+class Memory(_Model):
+    """Device memory and L2 cache. Capacity is what the vendor states (decimal GB)."""
+
+    capacity_bytes: Bytes = Field(alias="capacity", description="'80 GB' is 80e9 bytes, '80 GiB' 80*2**30")
+    hbm_bandwidth_bytes_per_s: Bandwidth = Field(
+        alias="hbm_bandwidth", description="datasheet DRAM bandwidth (HBM or GDDR)"
+    )
+    l2_bytes: Bytes = Field(alias="l2", description="L2 size from the datasheet")
+    l2_visible_bytes: OptBytes = Field(
+        None, alias="l2_visible", description="L2 size a CUDA device query reports, where it differs"
+    )
+    l2_bandwidth_bytes_per_s: OptBandwidth = Field(None, alias="l2_bandwidth")
+    l2_bandwidth_estimated: bool = False
+    kind: str = Field(min_length=1, description="HBM3e, GDDR6, ...")
+    source: Source
+
+
+class Chip(_Model):
+    """Processor count and clocks."""
+
+    sm_count: int = Field(ge=1, description="streaming multiprocessors (NVIDIA) or compute units (AMD)")
+    base_clock_hz: OptHz = Field(None, alias="base_clock")
+    boost_clock_hz: OptHz = Field(None, alias="boost_clock")
+    tdp_w: float | None = Field(None, gt=0, description="board power in watts")
+    source: Source
+
+    @model_validator(mode="after")
+    def _base_below_boost(self) -> Chip:
+        if self.base_clock_hz and self.boost_clock_hz and self.base_clock_hz > self.boost_clock_hz:
+            raise UserError("base_clock is above boost_clock")
+        return self
+
+
+class Interconnect(_Model):
+    """Intra-node GPU link (bandwidth per direction) and the host PCIe link."""
+
+    link: Literal["nvlink3", "nvlink4", "nvlink5", "infinity-fabric", "pcie"] = Field(
+        description="GPU-to-GPU link inside a node; 'pcie' when GPUs talk only over PCIe"
+    )
+    link_bandwidth_bytes_per_s: LinkBandwidth = Field(
+        0.0,
+        alias="link_bandwidth",
+        description="per GPU, per direction (NVLink 4 '900 GB/s' bidirectional is 450 GB/s); 0 for none",
+    )
+    gpus_per_node: int = Field(ge=1, description="GPUs joined by this link in one node or board")
+    nvlink_sharp: bool = Field(False, description="NVLink SHARP (NVLS) in-switch reductions available")
+    pcie_generation: int = Field(ge=1, le=7)
+    pcie_bandwidth_bytes_per_s: Bandwidth = Field(alias="pcie_bandwidth", description="x16, per direction")
+    source: Source
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Interconnect:
+        if self.link != "pcie" and self.link_bandwidth_bytes_per_s == 0:
+            raise UserError(f"link {self.link} needs a link_bandwidth above 0")
+        if self.nvlink_sharp and self.link not in ("nvlink4", "nvlink5"):
+            raise UserError("nvlink_sharp needs an nvlink4 or nvlink5 link")
+        return self
+
+
+class GpuSpec(_Model):
+    """One GPU: the contents of one hardware_specs/*.yaml file, in SI units."""
+
+    name: SpecName = Field(description="canonical name, the file name without .yaml")
+    full_name: str = Field(min_length=1)
+    vendor: Literal["nvidia", "amd"]
+    architecture: str = Field(min_length=1)
+    aliases: list[SpecName] = Field(default_factory=list, description="short names, lower case")
+    compute: Compute
+    memory: Memory
+    chip: Chip
+    interconnect: Interconnect
+    notes: str | None = None
+
+    def __hash__(self) -> int:  # usable as a cache key; equal specs share a name
+        return hash(self.name)
+
+    def supports(self, dtype_name: str) -> bool:
+        """Whether the spec has a peak rate for matrix math in this dtype."""
+        return _dtype(dtype_name).rate in self.compute.peak_flops_per_s
+
+    def supported_dtypes(self) -> list[str]:
+        return [n for n in _dtype_names() if self.supports(n)]
+
+    def peak(self, dtype_name: str) -> float:
+        """Dense peak FLOP/s (OP/s for integers) of matrix math in ``dtype_name``."""
+        d = _dtype(dtype_name)
+        try:
+            return self.compute.peak_flops_per_s[d.rate]
+        except KeyError:
+            raise UserError(
+                f"{self.name} has no {d.name} tensor-core rate; "
+                f"it supports: {', '.join(self.supported_dtypes())}"
+            ) from None
+
+    def ridge_point(self, dtype_name: str, level: str = "hbm") -> float:
+        """Arithmetic intensity (FLOP/byte) where the roofline turns: peak / bandwidth."""
+        if level == "hbm":
+            bandwidth = self.memory.hbm_bandwidth_bytes_per_s
+        elif level == "l2":
+            bandwidth = self.memory.l2_bandwidth_bytes_per_s
+            if bandwidth is None:
+                raise UserError(f"{self.name} has no l2_bandwidth in its spec")
+        else:
+            raise UserError(f"unknown memory level '{level}'; known: hbm, l2")
+        return self.peak(dtype_name) / bandwidth
+
+    @property
+    def l2_effective_bytes(self) -> float:
+        """L2 size a kernel can use: the device-query size when known, else the datasheet's."""
+        return self.memory.l2_visible_bytes or self.memory.l2_bytes
+
+
+def json_schema() -> dict:
+    """JSON schema of a spec file (YAML keys, human-unit strings allowed)."""
+    return GpuSpec.model_json_schema(by_alias=True)
+
+
+# ------------------------------------------------------------------ reading files
+
+
+def _stat_key(path) -> tuple:
+    """Cache key that changes when the file does."""
+    try:
+        st = os.stat(path)
+        return (str(path), st.st_mtime_ns, st.st_size)
+    except (OSError, TypeError):
+        return (str(path),)
+
+
+def _load_yaml(path) -> dict:
+    """The top-level mapping of a YAML file; any problem is a one-sentence UserError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    try:
+        data = yaml.load(text, Loader=_SafeLoader)  # a safe loader: plain data only
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise UserError(f"{path}: not valid YAML{where} ({problem})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of fields at the top level")
+    return data
+
+
+@lru_cache(maxsize=512)
+def _parse(key: tuple, path) -> dict:
+    return _load_yaml(path)
+
+
+def _read_raw(path) -> dict:
+    """Parsed YAML, cached until the file changes."""
+    return _parse(_stat_key(path), path)
+
+
+def _known_fields(loc: tuple) -> list[str]:
+    """YAML keys allowed at the model that ``loc`` points into."""
+    model: type[BaseModel] = GpuSpec
+    for part in loc:
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        ann = fields[part].annotation if part in fields else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            break
+        model = ann
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _raw_at(raw: Any, loc: tuple) -> Any:
+    for part in loc:
+        try:
+            raw = raw[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def _one_sentence(exc: ValidationError, raw: dict) -> str:
+    """The first problem of a pydantic error, as 'where: what'."""
+    errors = exc.errors(include_url=False)
+    err = errors[0]
+    loc = tuple(err["loc"])
+    where = ".".join(str(p) for p in loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        what = f"unknown field; expected one of {', '.join(_known_fields(loc[:-1]))}"
+    elif kind == "missing":
+        what = "missing required field"
+    elif kind in ("value_error", "assertion_error") and "error" in err.get("ctx", {}):
+        what = str(err["ctx"]["error"])
+    else:
+        msg = err["msg"]
+        what = f"{msg[:1].lower()}{msg[1:]}, got {_raw_at(raw, loc)!r}"
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{where}: {what}{more}" if where else f"{what}{more}"
+
+
+def _validate(path, raw: dict) -> GpuSpec:
+    try:
+        return GpuSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{path}: {_one_sentence(exc, raw)}") from None
+
+
+@lru_cache(maxsize=256)
+def _validate_cached(key: tuple, path) -> GpuSpec:
+    return _validate(path, _read_raw(path))
+
+
+def load_spec_file(path) -> GpuSpec:
+    """Load and validate one spec file (cached until the file changes)."""
+    path = _as_path(path)
+    return _validate_cached(_stat_key(path), path)
+
+
+def validate_spec_file(path) -> GpuSpec:
+    """Validate one spec file afresh; raises UserError naming the file and the first problem."""
+    path = _as_path(path)
+    return _validate(path, _load_yaml(path))
+
+
+def _as_path(path):
+    if isinstance(path, (str, os.PathLike)):
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: no such spec file")
+    return path
+
+
+# ------------------------------------------------------------------ name registry
+
+
+def _key(name: str) -> str:
+    """Names compare case-insensitively, with spaces and underscores read as hyphens."""
+    return "-".join(str(name).strip().lower().replace("_", " ").split())
+
+
+@lru_cache(maxsize=1)
+def _bundled_files() -> tuple:
+    try:
+        from importlib.resources import files
+
+        folder = files(BUNDLED_PACKAGE)
+    except ModuleNotFoundError:
+        # A source checkout used without installing: the folder sits beside the package.
+        folder = Path(__file__).resolve().parent.parent / "hardware_specs"
+    return tuple(sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name))
+
+
+def _user_files() -> list[Path]:
+    found = []
+    for folder in filter(None, os.environ.get(ENV_VAR, "").split(os.pathsep)):
+        if not os.path.isdir(folder):
+            raise UserError(f"{ENV_VAR} names '{folder}', which is not a directory")
+        found += sorted(p for p in Path(folder).glob("*.yaml") if p.is_file())
+    return found
+
+
+def _names_in(path, strict: bool) -> tuple[str, list[str]]:
+    """Canonical name and aliases a file declares, without validating it.
+
+    A file that cannot be parsed is indexed under its file name, so the error shows up
+    when it is loaded (``strict`` raises at once instead).
+    """
+    stem = _key(path.name.rsplit(".", 1)[0])
+    try:
+        raw = _read_raw(path)
+    except UserError:
+        if strict:
+            raise
+        return stem, []
+    name = _key(raw["name"]) if isinstance(raw.get("name"), str) else stem
+    declared = raw.get("aliases")
+    found = [_key(a) for a in declared if isinstance(a, str)] if isinstance(declared, list) else []
+    return name, found + ([stem] if stem != name else [])
+
+
+def _index(spec_files=()) -> tuple[dict, dict]:
+    """(canonical name -> file, name or alias -> canonical name); later files win."""
+    files: dict[str, Any] = {}
+    alias_of: dict[str, str] = {}
+    sources = [(p, False) for p in (*_bundled_files(), *_user_files())]
+    sources += [(_as_path(p), True) for p in spec_files]
+    for path, strict in sources:
+        name, names = _names_in(path, strict)
+        files[name] = path
+        for alias in names:
+            alias_of[alias] = name
+    return files, {**alias_of, **{n: n for n in files}}
+
+
+def spec_names(spec_files=()) -> list[str]:
+    """Canonical names of every known GPU (bundled, user directories, extra files)."""
+    return sorted(_index(spec_files)[0])
+
+
+def aliases(spec_files=()) -> dict[str, str]:
+    """Alias -> canonical name."""
+    return {k: v for k, v in sorted(_index(spec_files)[1].items()) if k != v}
+
+
+def _unknown(name: str, lookup: dict[str, str], canonical) -> UnknownName:
+    key = _key(name)
+    score = lambda k: difflib.SequenceMatcher(None, key, k).ratio()  # noqa: E731
+    prefixed = sorted((k for k in lookup if key and k.startswith(key)), key=score, reverse=True)
+    close = difflib.get_close_matches(key, list(lookup), n=10, cutoff=0.5)
+    hint: list[str] = []
+    for k in prefixed + close:  # suggest canonical names, not the aliases that matched
+        if lookup[k] not in hint:
+            hint.append(lookup[k])
+    if hint:
+        return UnknownName(f"unknown GPU '{name}'; did you mean {' or '.join(hint[:3])}?")
+    return did_you_mean(name, canonical, "GPU")
+
+
+def _resolve(name: str, spec_files) -> tuple[str, dict]:
+    files, lookup = _index(spec_files)
+    key = _key(name)
+    if key in lookup:
+        return lookup[key], files
+    compact = key.replace("-", "")  # "h100sxm" finds "h100-sxm"
+    for k, canonical in lookup.items():
+        if k.replace("-", "") == compact:
+            return canonical, files
+    raise _unknown(name, lookup, files)
+
+
+def resolve(name: str, spec_files=()) -> str:
+    """Canonical name for a GPU name or alias (case-insensitive); unknown names raise UserError."""
+    return _resolve(name, spec_files)[0]
+
+
+def load_spec(name_or_path, spec_files=()) -> GpuSpec:
+    """A validated spec by name, alias or file path (*.yaml, *.yml or an existing file).
+
+    ``spec_files`` are extra spec files registered before the name is looked up; they win
+    over user directories (ROOFLINESIM_SPECS_DIR), which win over the bundled specs.
+    """
+    if isinstance(name_or_path, GpuSpec):
+        return name_or_path
+    text = os.fspath(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or text.endswith((".yaml", ".yml")) or os.path.isfile(text):
+        return load_spec_file(text)
+    canonical, files = _resolve(text, spec_files)
+    return load_spec_file(files[canonical])
