@@ -12,6 +12,7 @@ from .ops.collectives import Collective
 from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
+from .ops.sequence import Sequence
 from .timing import Timing, collective_time, kernel_time, sum_timings
 
 ALIGN_BYTES = 16  # TMA and vectorized loads need 16-byte aligned row strides
@@ -113,6 +114,25 @@ def moe_rule(op: MoE, spec, profile) -> Timing:
     return sum_timings(parts, spec)
 
 
+def sequence_rule(op: Sequence, spec, profile) -> Timing:
+    parts = []
+    for name, k, count in op.kernels():
+        t = rule_for(k)(k, spec, profile)
+        if count != 1:
+            t = _scaled(t, count)
+        parts.append((name, t))
+    return sum_timings(parts, spec)
+
+
+def _scaled(t: Timing, count) -> Timing:
+    from dataclasses import replace
+
+    return replace(t, latency_s=t.latency_s * count, flops=t.flops * count,
+                   hbm_bytes=t.hbm_bytes * count, compute_s=t.compute_s * count,
+                   hbm_s=t.hbm_s * count, l2_s=t.l2_s * count, link_s=t.link_s * count,
+                   launch_s=t.launch_s * count)
+
+
 def collective_rule(op: Collective, spec, profile) -> Timing:
     return collective_time(op, spec, profile)
 
@@ -127,6 +147,7 @@ _RULES = {
     Norm: memory_rule,
     Gather: memory_rule,
     Collective: collective_rule,
+    Sequence: sequence_rule,
 }
 
 

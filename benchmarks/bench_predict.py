@@ -1,0 +1,73 @@
+"""Speed of the prediction paths (run: python benchmarks/bench_predict.py).
+
+Measures, on this machine:
+  * vectorized GEMM predictions per second (one call over arrays of shapes), with the
+    ideal roofline and with the GPU's calibrated profile;
+  * the cold wall time of one `rooflinesim predict gemm` in a fresh process (median of
+    several runs), which includes Python start-up and imports.
+Goals (README): >= 1,000,000 GEMM predictions/s on a 2-core machine; < 0.4 s cold CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def vectorized_gemm(n: int, profile: str | None, repeats: int = 5) -> float:
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.ops import Gemm
+    from rooflinesim.timing import predict
+
+    spec = load_spec("h200")
+    prof = resolve_profile(spec, profile)
+    rng = np.random.default_rng(0)
+    m = rng.integers(1, 16384, n)
+    nn = rng.integers(64, 32768, n)
+    k = rng.integers(64, 32768, n)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        lat = predict(Gemm(m=m, n=nn, k=k), spec, prof).latency_s
+        best = min(best, time.perf_counter() - t0)
+    assert lat.shape == (n,)
+    return n / best
+
+
+def cold_cli(runs: int = 7) -> float:
+    cmd = [sys.executable, "-m", "rooflinesim.cli.main", "predict", "gemm", "--gpu", "h100",
+           "-m", "4096", "-n", "4096", "-k", "4096"]
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = {
+        "gemm_predictions_per_s_ideal": vectorized_gemm(args.n, "ideal"),
+        "gemm_predictions_per_s_calibrated": vectorized_gemm(args.n, None),
+        "cold_cli_predict_gemm_s": cold_cli(),
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    for k, v in out.items():
+        print(f"{k:40s} {v:,.3f}" if v < 100 else f"{k:40s} {v:,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# How the H200 measurements in benchmarks/measurements/h200-sxm/ were taken: on a box
+# with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
+# then the collectives use both GPUs. Files resume: cases already in a file are skipped.
+#
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main)
+#
+# Each phase fits in ten minutes of machine time.
+set -u
+phase=${1:?phase}
+out=${2:?output directory}
+data=benchmarks/measurements/h200-sxm
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+# never use NVLink multicast (NVLS) on shared machines
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+# start each output file from what the repository already holds
+for f in "$data"/*.jsonl; do [ -e "$f" ] && cp "$f" "$out/"; done
+
+on_gpu() {  # on_gpu GPU BUDGET_S FILE SUITE...
+  local gpu=$1 budget=$2 file=$3; shift 3
+  local args=()
+  for s in "$@"; do args+=(--suite "$s"); done
+  CUDA_VISIBLE_DEVICES=$gpu python3 -m rooflinesim.harness run "${args[@]}" \
+    --out "$out/$file" --time-budget "$budget" >>"$out/log-gpu$gpu.txt" 2>&1
+}
+
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
+  --format=csv >"$out/nvidia-smi.csv" 2>&1
+
+case $phase in
+smoke)
+  on_gpu 0 200 quick.jsonl quick &
+  on_gpu 1 200 calib-memory-moe.jsonl memory moe &
+  wait
+  python3 -m rooflinesim.harness run --suite collectives --out "$out/collectives.jsonl" \
+    --time-budget 120 >>"$out/log-collectives.txt" 2>&1
+  ;;
+main)
+  (on_gpu 0 300 calib-gemm.jsonl gemm; on_gpu 0 150 holdout.jsonl holdout) &
+  (on_gpu 1 300 calib-attention.jsonl attention; on_gpu 1 150 calib-decoder.jsonl decoder) &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout --out "$out/holdout.jsonl" \
+    --time-budget 60 >>"$out/log-collectives.txt" 2>&1
+  ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
+tail -n 3 "$out"/log-*.txt
+wc -l "$out"/*.jsonl

@@ -1,0 +1,405 @@
+"""GPU op builders: from a case dict to ``fn(i)``, which runs call i on input set i % sets.
+
+Each op has ``set_bytes(case)``, the bytes of one independent input set (what the
+rotation spreads over the L2), and ``build(torch, case, device, sets)``, which
+allocates the sets with random normal data (never zeros) and returns a ``Built``.
+Weights are scaled by 1/sqrt(fan_in) as at initialisation, so activations stay in
+range. Builders raise on anything unsupported; the runner turns that into a failure
+record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .suites import ELEMENT_BYTES
+
+ATTENTION_BACKEND_ENUMS = {
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
+SDPA_BACKEND_NAMES = {v: k for k, v in ATTENTION_BACKEND_ENUMS.items()}
+RMS_EPS = 1e-6
+
+
+@dataclass
+class Built:
+    """What the runner times: fn(i), plus how to describe and run it."""
+
+    fn: Callable[[int], object]
+    backend: str | None = None  # the backend actually used, when it refines the case's
+    context: object | None = None  # a context manager held around warm-up, timing, profiling
+    extra: dict = field(default_factory=dict)  # additional record fields
+    include_copies: bool = False  # memcpy/memset kernels are the op itself (copy)
+
+
+def torch_dtype(torch, name):
+    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+            "fp16": torch.float16, "fp8": torch.float8_e4m3fn, "uint8": torch.uint8,
+            "fp64": torch.float64}[name]
+
+
+def randn(torch, shape, dtype_name, device, scale=1.0):
+    """Random normal data; fp8 is drawn in bf16 and cast (|x| < 6, far inside e4m3's 448)."""
+    if dtype_name == "fp8":
+        t = torch.randn(shape, device=device, dtype=torch.bfloat16)
+        if scale != 1.0:
+            t.mul_(scale)
+        return t.to(torch.float8_e4m3fn)
+    t = torch.randn(shape, device=device, dtype=torch_dtype(torch, dtype_name))
+    if scale != 1.0:
+        t.mul_(scale)
+    return t
+
+
+# ----------------------------------------------------------------------------- GEMM
+
+def gemm_set_bytes(c):
+    return c["batch"] * (c["m"] * c["k"] + c["n"] * c["k"]) * ELEMENT_BYTES[c["dtype"]]
+
+
+@contextlib.contextmanager
+def tf32_matmul(torch, enabled: bool):
+    """TF32 for cuBLAS float32 matmuls on or off for the block, then restored."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        old = bool(matmul.allow_tf32)
+    except RuntimeError:  # torch refuses to read it after mixed legacy/new API use
+        old = False
+    # The legacy switch also sets the newer fp32_precision in torch >= 2.9; reading the
+    # new one back checks that the switch took effect.
+    matmul.allow_tf32 = enabled
+    precision = getattr(matmul, "fp32_precision", None)
+    if isinstance(precision, str) and (precision == "tf32") != enabled:
+        raise RuntimeError(f"TF32 switch did not take effect (fp32_precision={precision})")
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = old
+
+
+def build_gemm(torch, c, device, sets):
+    b, m, n, k, dt = c["batch"], c["m"], c["n"], c["k"], c["dtype"]
+    if min(b, m, n, k) < 1:
+        raise ValueError(f"gemm needs positive sizes, got batch={b} m={m} n={n} k={k}")
+    lead = (b,) if b > 1 else ()
+    a = [randn(torch, lead + (m, k), dt, device) for _ in range(sets)]
+    w = [randn(torch, lead + (n, k), dt, device) for _ in range(sets)]
+    if dt == "fp8":
+        if b != 1:
+            raise ValueError("fp8 gemm is measured with batch 1 only")
+        scale_a = torch.ones((), device=device, dtype=torch.float32)
+        scale_b = torch.ones((), device=device, dtype=torch.float32)
+
+        def fn(i):
+            j = i % sets
+            # _scaled_mm wants the second operand column-major: W^T of a row-major W.
+            return torch._scaled_mm(a[j], w[j].t(), scale_a=scale_a, scale_b=scale_b,
+                                    out_dtype=torch.bfloat16)
+    elif b > 1:
+        def fn(i):
+            j = i % sets
+            return torch.bmm(a[j], w[j].transpose(1, 2))
+    else:
+        def fn(i):
+            j = i % sets
+            return torch.mm(a[j], w[j].t())
+    ctx = tf32_matmul(torch, dt == "tf32") if dt in ("fp32", "tf32") else None
+    return Built(fn, context=ctx, extra={"layout": "tn"})
+
+
+# ------------------------------------------------------------------------ attention
+
+def attention_set_bytes(c):
+    e = ELEMENT_BYTES[c["dtype"]]
+    b, h, kv, sq, skv, d = (c[x] for x in ("batch", "heads", "kv_heads", "seq_q", "seq_kv",
+                                           "head_dim"))
+    return e * (b * h * sq * d + 2 * b * kv * skv * d)
+
+
+def sdpa_backend_enum(torch, name):
+    from torch.nn.attention import SDPBackend
+
+    try:
+        return getattr(SDPBackend, ATTENTION_BACKEND_ENUMS[name])
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown or unavailable attention backend '{name}'") from None
+
+
+def build_attention(torch, c, device, sets):
+    from torch.nn.attention import sdpa_kernel
+
+    b, h, kv, sq, skv, d = (c[x] for x in ("batch", "heads", "kv_heads", "seq_q", "seq_kv",
+                                           "head_dim"))
+    if kv < 1 or h % kv:
+        raise ValueError(f"heads={h} is not a multiple of kv_heads={kv}")
+    if c["causal"] and sq != skv:
+        raise ValueError("causal attention is measured with seq_q == seq_kv only")
+    enum = sdpa_backend_enum(torch, c["backend"])
+    dt = c["dtype"]
+    q = [randn(torch, (b, h, sq, d), dt, device) for _ in range(sets)]
+    k = [randn(torch, (b, kv, skv, d), dt, device) for _ in range(sets)]
+    v = [randn(torch, (b, kv, skv, d), dt, device) for _ in range(sets)]
+    kwargs = {"is_causal": bool(c["causal"])}
+    if kv != h:
+        kwargs["enable_gqa"] = True  # never expanded by hand: a refusal is a result
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fn(i):
+        j = i % sets
+        return sdpa(q[j], k[j], v[j], **kwargs)
+    return Built(fn, context=sdpa_kernel([enum]))
+
+
+def sdpa_choice(torch, q, k, v, is_causal, enable_gqa):
+    """Name of the backend SDPA's default dispatch picks for these inputs."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "sdpa-default"
+    try:
+        if enable_gqa:
+            idx = int(choose(q, k, v, None, 0.0, is_causal, enable_gqa=True))
+        else:
+            idx = int(choose(q, k, v, None, 0.0, is_causal))
+        from torch.nn.attention import SDPBackend
+
+        for name, member in SDPBackend.__members__.items():
+            if int(member.value) == idx:
+                return SDPA_BACKEND_NAMES.get(name, "sdpa-" + name.lower())
+    except Exception:
+        pass
+    return "sdpa-default"
+
+
+# ------------------------------------------------------------------------------ MoE
+
+def moe_set_bytes(c):
+    t, hd, f, e = c["tokens"], c["hidden"], c["ffn"], c["experts"]
+    return 2 * (t * hd + e * hd + e * 2 * f * hd + e * hd * f)
+
+
+def build_moe(torch, c, device, sets):
+    grouped_mm = (getattr(torch, "_grouped_mm", None)
+                  or getattr(torch.nn.functional, "grouped_mm", None))
+    if grouped_mm is None:
+        raise RuntimeError("torch._grouped_mm is not available in this torch")
+    t, hd, f, e, top_k = (c[x] for x in ("tokens", "hidden", "ffn", "experts", "top_k"))
+    if hd % 8 or f % 8:
+        raise ValueError("grouped_mm needs hidden and ffn multiples of 8 (16-byte strides)")
+    if not 1 <= top_k <= e or e >= 1024:
+        raise ValueError(f"need 1 <= top_k <= experts < 1024, got top_k={top_k} experts={e}")
+    if c["routing"] not in ("random", "balanced"):
+        raise ValueError(f"unknown routing '{c['routing']}'")
+    layers = [_moe_weights(torch, t, hd, f, e, device) for _ in range(sets)]
+    ones = torch.ones(t * top_k, device=device, dtype=torch.int64)
+    # Round-robin: pair p = token*top_k + slot goes to expert p % E, so each expert gets
+    # the same count (+-1) and a token's top_k experts are distinct.
+    balanced = (torch.arange(t * top_k, device=device) % e).view(t, top_k)
+    silu = torch.nn.functional.silu
+
+    def layer(x, w_router, w13_t, w2_t):
+        logits = torch.mm(x, w_router.t())  # [T, E]
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        top_w, top_i = torch.topk(probs, top_k, dim=-1)
+        if c["routing"] == "balanced":
+            top_i = balanced
+        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+        flat = top_i.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # token-expert pairs sorted by expert
+        # tokens per expert on the device, no host sync (graph-capturable)
+        counts = torch.zeros(e, device=device, dtype=torch.int64).scatter_add_(0, flat, ones)
+        offs = torch.cumsum(counts, 0).to(torch.int32)  # cumulative end offsets
+        token = torch.div(order, top_k, rounding_mode="floor")
+        xs = x.index_select(0, token)  # permute: [T*k, H]
+        gate_up = grouped_mm(xs, w13_t, offs=offs)  # [T*k, 2F]
+        act = silu(gate_up[:, :f]) * gate_up[:, f:]  # SwiGLU: [T*k, F]
+        y = grouped_mm(act, w2_t, offs=offs)  # [T*k, H]
+        weight = top_w.reshape(-1).index_select(0, order).to(y.dtype).unsqueeze(1)
+        return torch.zeros_like(x).index_add_(0, token, y * weight)  # combine: [T, H]
+
+    def fn(i):
+        return layer(*layers[i % sets])
+    return Built(fn, backend="grouped_mm")
+
+
+def _moe_weights(torch, t, hd, f, e, device):
+    x = randn(torch, (t, hd), "bf16", device)
+    w_router = randn(torch, (e, hd), "bf16", device, hd ** -0.5)
+    # Expert weights stored [E, N, K] like Linear weights; grouped_mm gets the
+    # transposed views [E, K, N] (column-major in the last two dims).
+    w13 = randn(torch, (e, 2 * f, hd), "bf16", device, hd ** -0.5)
+    w2 = randn(torch, (e, hd, f), "bf16", device, f ** -0.5)
+    return x, w_router, w13.transpose(1, 2), w2.transpose(1, 2)
+
+
+# --------------------------------------------------------------------------- memory
+
+def copy_set_bytes(c):
+    return 2 * c["bytes"]  # source and destination
+
+
+def build_copy(torch, c, device, sets):
+    nbytes, dt = c["bytes"], c["dtype"]
+    elem = ELEMENT_BYTES[dt]
+    if nbytes < 1 or nbytes % elem:
+        raise ValueError(f"copy of {nbytes} bytes is not a whole number of {dt} elements")
+    n = nbytes // elem
+    if dt == "uint8":
+        src = [torch.randint(1, 256, (n,), device=device, dtype=torch.uint8) for _ in range(sets)]
+    else:
+        src = [randn(torch, (n,), dt, device) for _ in range(sets)]
+    dst = [torch.empty_like(s) for s in src]
+
+    def fn(i):
+        j = i % sets
+        return dst[j].copy_(src[j])
+    return Built(fn, include_copies=True)
+
+
+def rmsnorm_set_bytes(c):
+    return 2 * (c["tokens"] * c["hidden"] + c["hidden"])
+
+
+def build_rmsnorm(torch, c, device, sets):
+    t, hd = c["tokens"], c["hidden"]
+    rms_norm = getattr(torch.nn.functional, "rms_norm", None)
+    if rms_norm is None:
+        raise RuntimeError("torch.nn.functional.rms_norm is not available in this torch")
+    x = [randn(torch, (t, hd), "bf16", device) for _ in range(sets)]
+    w = [randn(torch, (hd,), "bf16", device, 0.1).add_(1.0) for _ in range(sets)]
+
+    def fn(i):
+        j = i % sets
+        return rms_norm(x[j], (hd,), w[j], eps=RMS_EPS)
+    return Built(fn)
+
+
+# -------------------------------------------------------------------- decoder layer
+
+def _decoder_params(c):
+    hd, h, kv, d, f = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"], c["ffn"]
+    return (h + 2 * kv) * d * hd + hd * h * d + 2 * f * hd + hd * f + 2 * hd
+
+
+def _decoder_tokens(c):
+    return c["batch"] * c["seq"] if c["mode"] == "prefill" else c["batch"]
+
+
+def decoder_set_bytes(c):
+    b, kv, d, s = c["batch"], c["kv_heads"], c["head_dim"], c["seq"]
+    kv_cache = 2 * b * kv * (s + 1) * d if c["mode"] == "decode" else 0
+    return 2 * (_decoder_params(c) + _decoder_tokens(c) * c["hidden"] + kv_cache)
+
+
+def _split_heads(qkv, batch, seq, h, kv, d):
+    """qkv [batch*seq, (h+2kv)*d] -> q [b, h, s, d], k and v [b, kv, s, d] (views)."""
+    q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
+    return (q.view(batch, seq, h, d).transpose(1, 2), k.view(batch, seq, kv, d).transpose(1, 2),
+            v.view(batch, seq, kv, d).transpose(1, 2))
+
+
+def build_decoder_layer(torch, c, device, sets):
+    mode, b, s = c["mode"], c["batch"], c["seq"]
+    hd, h, kv, d, f = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"], c["ffn"]
+    if mode not in ("prefill", "decode"):
+        raise ValueError(f"unknown decoder_layer mode '{mode}'")
+    if kv < 1 or h % kv:
+        raise ValueError(f"heads={h} is not a multiple of kv_heads={kv}")
+    F = torch.nn.functional
+    gqa = kv != h
+    extra = {"enable_gqa": True} if gqa else {}
+    causal = mode == "prefill"
+    layers = [_decoder_weights(torch, c, device) for _ in range(sets)]
+
+    def layer(x, ln1, w_qkv, w_o, ln2, w13, w2, k_cache, v_cache):
+        hn = F.rms_norm(x, (hd,), ln1, eps=RMS_EPS)
+        qkv = torch.mm(hn, w_qkv.t())
+        if causal:
+            q, k, v = _split_heads(qkv, b, s, h, kv, d)
+        else:  # one new token per sequence: write its K and V at position seq
+            q, k, v = _split_heads(qkv, b, 1, h, kv, d)
+            k_cache[:, :, s:s + 1].copy_(k)
+            v_cache[:, :, s:s + 1].copy_(v)
+            k, v = k_cache, v_cache
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
+        o = o.transpose(1, 2).reshape(x.shape[0], h * d)
+        x = x + torch.mm(o, w_o.t())
+        hn = F.rms_norm(x, (hd,), ln2, eps=RMS_EPS)
+        gate_up = torch.mm(hn, w13.t())
+        act = F.silu(gate_up[:, :f]) * gate_up[:, f:]
+        return x + torch.mm(act, w2.t())
+
+    def fn(i):
+        return layer(*layers[i % sets])
+
+    # Which SDPA kernel the default dispatch picks, on tensors shaped as in the layer.
+    seq_q = s if causal else 1
+    probe = torch.empty(b * seq_q, (h + 2 * kv) * d, device=device, dtype=torch.bfloat16)
+    q, k, v = _split_heads(probe, b, seq_q, h, kv, d)
+    if not causal:
+        k, v = layers[0][7], layers[0][8]
+    backend = sdpa_choice(torch, q, k, v, causal, gqa)
+    del probe, q, k, v
+    return Built(fn, backend=backend)
+
+
+def _decoder_weights(torch, c, device):
+    mode, b, s = c["mode"], c["batch"], c["seq"]
+    hd, h, kv, d, f = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"], c["ffn"]
+
+    def w(rows, cols):
+        return randn(torch, (rows, cols), "bf16", device, cols ** -0.5)
+
+    def norm_weight():
+        return randn(torch, (hd,), "bf16", device, 0.1).add_(1.0)
+
+    x = randn(torch, (_decoder_tokens(c), hd), "bf16", device)
+    if mode == "decode":
+        k_cache = randn(torch, (b, kv, s + 1, d), "bf16", device)
+        v_cache = randn(torch, (b, kv, s + 1, d), "bf16", device)
+    else:
+        k_cache = v_cache = None
+    return (x, norm_weight(), w((h + 2 * kv) * d, hd), w(hd, h * d), norm_weight(),
+            w(2 * f, hd), w(hd, f), k_cache, v_cache)
+
+
+BUILDERS = {
+    "gemm": (gemm_set_bytes, build_gemm),
+    "attention": (attention_set_bytes, build_attention),
+    "moe": (moe_set_bytes, build_moe),
+    "copy": (copy_set_bytes, build_copy),
+    "rmsnorm": (rmsnorm_set_bytes, build_rmsnorm),
+    "decoder_layer": (decoder_set_bytes, build_decoder_layer),
+}
+
+
+# ---------------------------------------------------------------------- kernel count
+
+def count_kernels(torch, fn, include_copies=False, name_limit=120):
+    """(kernels launched by one eager call, distinct kernel names) from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn(0)
+        torch.cuda.synchronize()
+    names = [evt.name for evt in prof.events() if _is_kernel(evt, include_copies)]
+    distinct = list(dict.fromkeys(n[:name_limit] for n in names))
+    return len(names), distinct
+
+
+def _is_kernel(evt, include_copies):
+    if str(getattr(evt, "device_type", "")).rsplit(".", 1)[-1] != "CUDA":
+        return False
+    activity = getattr(evt, "activity_type", None)
+    if isinstance(activity, str) and activity:
+        return activity == "kernel" or (include_copies and activity in ("gpu_memcpy",
+                                                                         "gpu_memset"))
+    name = evt.name or ""
+    if name.startswith(("Memcpy", "Memset")):
+        return include_copies
+    return not name.startswith(("aten::", "ProfilerStep"))  # annotations on the GPU row

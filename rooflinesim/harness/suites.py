@@ -1,0 +1,512 @@
+"""Measurement suites: lists of cases, each a small dict of shape fields.
+
+Suites are data built by small deterministic functions (random ones use a fixed
+seed). ``estimate_case_s`` gives the expected harness time of a case on an H200 at
+nominal rates, so ``--list`` can show whether a suite fits its budget before a run.
+This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+COLLECTIVE_OPS = ("allreduce", "allgather", "reducescatter", "alltoall")
+
+# Bytes per element of each harness dtype (fp8 is e4m3, one byte).
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "uint8": 1}
+
+# Linear layers of LLMs as (n, k) = (out_features, in_features): Llama-3-8B qkv, o,
+# gate-up, down; Llama-3-70B qkv, o, gate-up, down; and their TP-8 shards.
+LINEAR_NK = [
+    (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+    (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672),
+    (1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584),
+]
+LINEAR_M = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+# (name, hidden, ffn per expert, experts, top_k)
+MOE_MODELS = [
+    ("mixtral-8x7b", 4096, 14336, 8, 2),
+    ("qwen3-30b-a3b", 2048, 768, 128, 8),
+    ("olmoe", 2048, 1024, 64, 8),
+    ("deepseek-v3", 7168, 2048, 256, 8),
+    ("qwen3-235b", 4096, 1536, 128, 8),
+]
+
+# (name, hidden, heads, kv_heads, head_dim, ffn); heads*head_dim may differ from
+# hidden for tensor-parallel shards.
+DECODER_MODELS = [
+    ("llama-3-8b", 4096, 32, 8, 128, 14336),
+    ("qwen2.5-7b", 3584, 28, 4, 128, 18944),
+    ("llama-3-70b-tp8", 8192, 8, 1, 128, 3584),
+    ("llama-3-70b-tp4", 8192, 16, 2, 128, 7168),
+    ("small-2b", 2048, 16, 8, 128, 8192),
+]
+
+ATTENTION_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+
+# Caps that keep one case's memory bounded.
+GEMM_MAX_OPERAND_BYTES = 4 * GIB
+GEMM_MAX_FLOPS = 4e13
+KV_MAX_BYTES = 16 * GIB
+COPY_MAX_BYTES = 8 * GIB
+RMSNORM_MAX_BYTES = 4 * GIB
+
+
+# ----------------------------------------------------------------------------- cases
+
+def gemm(m, n, k, dtype="bf16", batch=1):
+    backend = "cublaslt-scaled-mm" if dtype == "fp8" else "cublas"
+    return {"op": "gemm", "dtype": dtype, "m": m, "n": n, "k": k, "batch": batch,
+            "backend": backend}
+
+
+def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, dtype="bf16",
+              backend="sdpa-flash"):
+    return {"op": "attention", "dtype": dtype, "batch": batch, "heads": heads,
+            "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv, "head_dim": head_dim,
+            "causal": bool(causal), "backend": backend}
+
+
+def moe(tokens, hidden, ffn, experts, top_k, routing="random"):
+    return {"op": "moe", "dtype": "bf16", "tokens": tokens, "hidden": hidden, "ffn": ffn,
+            "experts": experts, "top_k": top_k, "routing": routing, "backend": "grouped_mm"}
+
+
+def collective(op, nbytes):
+    return {"op": op, "dtype": "bf16", "bytes": nbytes, "backend": "nccl"}
+
+
+def copy(nbytes):
+    # bf16 buffers when the size allows it, bytes otherwise: the size is always exact.
+    return {"op": "copy", "dtype": "bf16" if nbytes % 2 == 0 else "uint8", "bytes": nbytes,
+            "backend": "torch-copy"}
+
+
+def rmsnorm(tokens, hidden):
+    return {"op": "rmsnorm", "dtype": "bf16", "tokens": tokens, "hidden": hidden,
+            "backend": "torch-rms_norm"}
+
+
+def decoder_layer(mode, batch, seq, hidden, heads, kv_heads, head_dim, ffn):
+    return {"op": "decoder_layer", "dtype": "bf16", "mode": mode, "batch": batch,
+            "seq": seq, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
+            "head_dim": head_dim, "ffn": ffn, "backend": "sdpa-default"}
+
+
+_DEFAULT_BACKENDS = {"attention": "sdpa-flash", "moe": "grouped_mm", "copy": "torch-copy",
+                     "rmsnorm": "torch-rms_norm", "decoder_layer": "sdpa-default"}
+
+
+def with_defaults(case):
+    """A hand-written case completed with the default dtype (bf16) and backend."""
+    c = dict(case)
+    c.setdefault("dtype", "bf16")
+    if c["op"] == "gemm":
+        c.setdefault("batch", 1)
+        c.setdefault("backend", "cublaslt-scaled-mm" if c["dtype"] == "fp8" else "cublas")
+    elif c["op"] in COLLECTIVE_OPS:
+        c.setdefault("backend", "nccl")
+    elif c["op"] in _DEFAULT_BACKENDS:
+        c.setdefault("backend", _DEFAULT_BACKENDS[c["op"]])
+    return c
+
+
+def _with_backends(make, *args, backends=ATTENTION_BACKENDS, **kw):
+    return [make(*args, backend=b, **kw) for b in backends]
+
+
+def _kv_bytes(batch, kv_heads, seq_kv, head_dim, elem=2):
+    return 2 * batch * kv_heads * seq_kv * head_dim * elem  # K and V
+
+
+def _gemm_fits(c):
+    e = ELEMENT_BYTES[c["dtype"]]
+    out_e = 2 if c["dtype"] == "fp8" else e
+    b, m, n, k = c["batch"], c["m"], c["n"], c["k"]
+    operands = b * (m * k * e + n * k * e + m * n * out_e)
+    return operands <= GEMM_MAX_OPERAND_BYTES and 2 * b * m * n * k <= GEMM_MAX_FLOPS
+
+
+# ---------------------------------------------------------------------------- suites
+
+def gemm_linear_cases():
+    cases = [gemm(m, n, k) for (n, k) in LINEAR_NK for m in LINEAR_M]
+    cases += [gemm(m, n, k, "fp8") for (n, k) in LINEAR_NK
+              for m in (1, 8, 64, 256, 1024, 4096, 16384)]
+    cases += [gemm(m, n, k, "fp16") for (n, k) in LINEAR_NK[:8] for m in (1, 64, 1024, 8192)]
+    return cases
+
+
+def gemm_square_cases():
+    sizes = [2 ** p for p in range(6, 15)] + [1000, 3000, 5000, 6000]
+    cases = []
+    for dt in ("bf16", "fp16", "fp8", "tf32", "fp32"):
+        for s in sizes:
+            if dt in ("tf32", "fp32") and s > 8192:
+                continue
+            if dt == "fp8" and s % 16:
+                continue  # torch._scaled_mm needs k and n divisible by 16
+            cases.append(gemm(s, s, s, dt))
+    return cases
+
+
+def _round_dim(x, mult):
+    return x if x < mult else max(mult, int(round(x / mult)) * mult)
+
+
+def gemm_random_cases(count=250, seed=20240601):
+    """Seeded random GEMMs: m log-uniform in [1, 16384], n and k in [32, 32768]."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < count:
+        m = int(round(math.exp(rng.uniform(0, math.log(16384)))))
+        n = int(round(math.exp(rng.uniform(math.log(32), math.log(32768)))))
+        k = int(round(math.exp(rng.uniform(math.log(32), math.log(32768)))))
+        r = rng.random()
+        mult = 64 if r < 0.4 else 8 if r < 0.7 else 1
+        m, n, k = (_round_dim(x, mult) for x in (m, n, k))
+        r = rng.random()
+        dt = "bf16" if r < 0.70 else "fp16" if r < 0.80 else "fp8" if r < 0.95 else "tf32"
+        if dt == "fp8":  # torch._scaled_mm needs k and n divisible by 16
+            n, k = (-(-x // 16) * 16 for x in (n, k))
+        c = gemm(m, n, k, dt)
+        if _gemm_fits(c):
+            cases.append(c)
+    return cases
+
+
+def gemm_bmm_cases():
+    shapes = [(256, 256, 128), (1024, 1024, 128), (512, 4096, 4096)]
+    return [gemm(m, n, k, "bf16", batch=b) for b in (4, 16, 64) for (m, n, k) in shapes]
+
+
+def gemm_suite():
+    return gemm_linear_cases() + gemm_square_cases() + gemm_random_cases() + gemm_bmm_cases()
+
+
+def attention_fa3_cases():
+    """FlashAttention-3 benchmark grid: hidden 2048, 16k tokens per batch."""
+    cases = []
+    for dt in ("bf16", "fp16"):
+        for d in (64, 128, 256):
+            for seq in (512, 1024, 2048, 4096, 8192, 16384):
+                for causal in (False, True):
+                    h = 2048 // d
+                    cases += _with_backends(attention, 16384 // seq, h, h, seq, seq, d,
+                                            causal, dt)
+    return cases
+
+
+def attention_gqa_prefill_cases():
+    cases = []
+    for h, kv, d in ((32, 8, 128), (64, 8, 128), (32, 1, 128)):
+        for seq in (128, 333, 1000, 2048, 4096, 8192, 16384, 32768):
+            for b in (1, 4, 8):  # batch 4 only from 1000 tokens up, to thin the grid
+                if b * seq <= 65536 and (b != 4 or seq >= 1000):
+                    cases += _with_backends(attention, b, h, kv, seq, seq, d, True)
+    return cases
+
+
+def attention_decode_cases():
+    cases = []
+    for h, kv, d in ((32, 8, 128), (64, 8, 128), (32, 32, 128), (16, 16, 64)):
+        for b in (1, 4, 16, 64, 256):
+            for skv in (128, 1000, 4096, 16384, 65536, 131072):
+                if _kv_bytes(b, kv, skv, d) <= KV_MAX_BYTES:
+                    cases += _with_backends(attention, b, h, kv, 1, skv, d, False)
+    return cases
+
+
+def attention_random_cases(count=60, seed=20240602):
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < count:
+        d = rng.choice((64, 96, 128, 128, 256))
+        h = rng.choice((4, 8, 12, 16, 24, 32, 40, 64))
+        kv = rng.choice([x for x in (1, 2, 4, 8, h) if h % x == 0])
+        b = rng.choice((1, 1, 2, 3, 4, 8, 16))
+        dt = rng.choice(("bf16", "bf16", "fp16"))
+        backend = rng.choice(ATTENTION_BACKENDS)
+        if rng.random() < 0.5:  # prefill, causal
+            s = int(round(math.exp(rng.uniform(math.log(64), math.log(16384)))))
+            if b * s > 65536:
+                continue
+            cases.append(attention(b, h, kv, s, s, d, True, dt, backend))
+        else:  # decode: a few new tokens against a long cache
+            sq = rng.choice((1, 1, 1, 2, 4))
+            skv = int(round(math.exp(rng.uniform(math.log(128), math.log(131072)))))
+            if _kv_bytes(b, kv, skv, d) > KV_MAX_BYTES:
+                continue
+            cases.append(attention(b, h, kv, sq, skv, d, False, dt, backend))
+    return cases
+
+
+def attention_suite():
+    return (attention_fa3_cases() + attention_gqa_prefill_cases() + attention_decode_cases()
+            + attention_random_cases())
+
+
+def moe_suite():
+    return [moe(t, hd, f, e, k, r) for (_, hd, f, e, k) in MOE_MODELS
+            for t in (1, 4, 16, 64, 256, 1024, 4096, 16384) for r in ("random", "balanced")]
+
+
+def copy_sizes():
+    sizes = set()
+    p = KIB
+    while p <= COPY_MAX_BYTES:
+        sizes.add(p)
+        if p * 3 // 2 <= COPY_MAX_BYTES:
+            sizes.add(p * 3 // 2)
+        p *= 2
+    sizes.update({1000, 12345, 1000003, 10 ** 8 + 7, 3 * 10 ** 9})
+    return sorted(sizes)
+
+
+def memory_suite():
+    cases = [copy(b) for b in copy_sizes()]
+    for t in (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536):
+        for hd in (1024, 2048, 2880, 4096, 5120, 7168, 8192, 16384):
+            if t * hd * 2 <= RMSNORM_MAX_BYTES:
+                cases.append(rmsnorm(t, hd))
+    return cases
+
+
+def decoder_suite():
+    cases = []
+    for (_, hd, h, kv, d, f) in DECODER_MODELS:
+        for b in (1, 2, 4, 8):
+            for s in (128, 512, 2048, 8192):
+                if b * s <= 32768:
+                    cases.append(decoder_layer("prefill", b, s, hd, h, kv, d, f))
+        for b in (1, 8, 32, 128, 256):
+            for s in (512, 2048, 8192, 32768):
+                if _kv_bytes(b, kv, s + 1, d) <= KV_MAX_BYTES:
+                    cases.append(decoder_layer("decode", b, s, hd, h, kv, d, f))
+    return cases
+
+
+def collective_sizes():
+    sizes = [2 ** p for p in range(10, 31)]  # 1 KiB .. 1 GiB
+    sizes += [3 * MIB, 5 * MIB, 48 * MIB, 96 * MIB, 384 * MIB]  # odd, multiples of 128 B
+    return sorted(sizes)
+
+
+def collectives_suite():
+    return [collective(op, b) for op in COLLECTIVE_OPS for b in collective_sizes()]
+
+
+def quick_suite():
+    cases = []
+    for (n, k) in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (1280, 8192),
+                   (8192, 3584)):
+        cases += [gemm(m, n, k) for m in (1, 16, 128, 1024, 4096)]
+    cases += [gemm(s, s, s) for s in (256, 1024, 4096, 8192)]
+    cases += [gemm(m, n, k, "fp16") for m in (1, 128, 4096) for (n, k) in ((4096, 4096),
+                                                                           (28672, 4096))]
+    cases += [gemm(m, n, k, "fp8") for m in (1, 128, 4096)
+              for (n, k) in ((4096, 4096), (28672, 4096), (4096, 14336))]
+    cases += [gemm(s, s, s, dt) for dt in ("tf32", "fp32") for s in (1024, 4096)]
+    cases += [gemm(m, n, k) for (m, n, k) in ((3, 1000, 333), (77, 5120, 1536), (999, 4097, 2048),
+                                              (4000, 12345, 4000), (250, 7, 4096))]
+    cases += [gemm(1024, 1024, 128, "bf16", batch=16), gemm(512, 4096, 4096, "bf16", batch=4)]
+    for spec in ((4, 16, 16, 1024, 1024, 128, True, "bf16"),
+                 (4, 16, 16, 4096, 4096, 128, False, "fp16"),
+                 (8, 8, 8, 2048, 2048, 256, True, "bf16"),
+                 (1, 32, 8, 2048, 2048, 128, True, "bf16"),
+                 (4, 32, 8, 333, 333, 128, True, "bf16"),
+                 (16, 32, 8, 1, 4096, 128, False, "bf16"),
+                 (64, 64, 8, 1, 16384, 128, False, "bf16"),
+                 (1, 32, 8, 1, 131072, 128, False, "bf16"),
+                 (4, 32, 1, 1, 1000, 128, False, "bf16"),
+                 (256, 16, 16, 1, 1000, 64, False, "bf16")):
+        cases += _with_backends(attention, *spec)
+    cases += [moe(t, 4096, 14336, 8, 2) for t in (1, 64, 4096)]
+    cases += [moe(t, 2048, 768, 128, 8) for t in (16, 1024, 16384)]
+    cases += [moe(1024, 2048, 768, 128, 8, "balanced"), moe(256, 2048, 1024, 64, 8, "balanced")]
+    cases += [moe(t, 7168, 2048, 256, 8) for t in (256, 4096)]
+    cases += [copy(b) for b in (KIB, 16 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 24 * MIB,
+                                64 * MIB, 256 * MIB, GIB, 3 * GIB // 2, 4 * GIB, 1000000,
+                                12345679, 100 * MIB + 6)]
+    cases += [rmsnorm(t, hd) for t in (1, 16, 256, 4096, 16384) for hd in (4096, 8192)]
+    llama8, qwen7, tp8, _, small = (m[1:] for m in DECODER_MODELS)
+    cases += [decoder_layer("prefill", 1, 512, *llama8), decoder_layer("prefill", 4, 2048, *llama8),
+              decoder_layer("decode", 1, 2048, *llama8), decoder_layer("decode", 32, 8192, *llama8),
+              decoder_layer("decode", 128, 2048, *llama8), decoder_layer("prefill", 1, 2048, *tp8),
+              decoder_layer("decode", 8, 8192, *tp8), decoder_layer("prefill", 2, 128, *small),
+              decoder_layer("decode", 256, 512, *small), decoder_layer("decode", 8, 32768, *qwen7)]
+    sizes = (4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB)
+    cases += [collective(op, b) for op in COLLECTIVE_OPS for b in sizes]
+    return cases
+
+
+def _log_uniform(rng, lo, hi):
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def holdout_suite(seed=31337):
+    """Random shapes of every op from seeds the calibration suites never use: the
+    measurements a fitted profile is validated on, never fitted to."""
+    rng = random.Random(seed)
+    cases = gemm_random_cases(count=120, seed=seed + 1)
+    cases += attention_random_cases(count=90, seed=seed + 2)
+    while sum(c["op"] == "moe" for c in cases) < 24:
+        hd = rng.choice((1024, 2048, 2560, 3072, 4096, 5120, 6144))
+        f = rng.choice((256, 512, 768, 1024, 1408, 2048, 4096, 8192))
+        e = rng.choice((8, 16, 32, 60, 64, 128))
+        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        t = _log_uniform(rng, 1, 8192)
+        if 2 * e * 3 * f * hd <= 24 * GIB:
+            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    cases += [copy(_log_uniform(rng, 2 * KIB, 2 * GIB)) for _ in range(20)]
+    cases += [rmsnorm(_log_uniform(rng, 1, 32768), rng.choice((1536, 2560, 3584, 4096, 5120, 6144, 12288)))
+              for _ in range(20)]
+    while sum(c["op"] == "decoder_layer" for c in cases) < 30:
+        d = 128
+        h = rng.choice((8, 12, 16, 24, 28, 32, 40))
+        kv = rng.choice([x for x in (1, 2, 4, 8) if h % x == 0])
+        hd = rng.choice((2048, 3072, 3584, 4096, 5120, 8192))
+        f = rng.choice((2816, 5632, 8192, 11008, 13824, 14336))
+        if rng.random() < 0.5:
+            b, sq = rng.choice((1, 2, 4)), _log_uniform(rng, 64, 8192)
+            if b * sq <= 32768:
+                cases.append(decoder_layer("prefill", b, sq, hd, h, kv, d, f))
+        else:
+            b, sq = _log_uniform(rng, 1, 256), _log_uniform(rng, 256, 32768)
+            if _kv_bytes(b, kv, sq + 1, d) <= KV_MAX_BYTES:
+                cases.append(decoder_layer("decode", b, sq, hd, h, kv, d, f))
+    sizes = sorted({_log_uniform(rng, 4 * KIB, GIB) // 128 * 128 for _ in range(10)})
+    cases += [collective(op, b) for op in COLLECTIVE_OPS for b in sizes]
+    return cases
+
+
+def cpu_tiny_suite():
+    """numpy cases for a CPU and for CI: finishes in seconds on two cores."""
+    cases = [{"op": "gemm", "dtype": "fp32", "m": m, "n": n, "k": k, "batch": 1, "backend": "numpy"}
+             for (m, n, k) in ((1, 64, 64), (8, 128, 128), (64, 64, 64), (128, 256, 128),
+                               (256, 256, 256), (33, 100, 77), (512, 512, 512), (1, 512, 512))]
+    cases += [{"op": "gemm", "dtype": "fp64", "m": s, "n": s, "k": s, "batch": 1,
+               "backend": "numpy"} for s in (64, 128, 256, 512)]
+    cases += [{"op": "copy", "dtype": "uint8", "bytes": b, "backend": "numpy"}
+              for b in (KIB, 64 * KIB, MIB, 4 * MIB)]
+    cases += [{"op": "rmsnorm", "dtype": "fp32", "tokens": t, "hidden": hd, "backend": "numpy"}
+              for (t, hd) in ((1, 1024), (16, 4096), (256, 1024), (64, 2048))]
+    return cases
+
+
+_SUITES = {
+    "quick": quick_suite,
+    "gemm": gemm_suite,
+    "attention": attention_suite,
+    "moe": moe_suite,
+    "memory": memory_suite,
+    "collectives": collectives_suite,
+    "decoder": decoder_suite,
+    "holdout": holdout_suite,
+    "cpu-tiny": cpu_tiny_suite,
+}
+FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
+SUITE_NAMES = tuple(_SUITES) + ("full",)
+
+
+def suite_cases(name):
+    """The cases of a suite, each tagged with the suite it comes from."""
+    if name == "full":
+        return [c for part in FULL_PARTS for c in suite_cases(part)]
+    if name not in _SUITES:
+        raise KeyError(name)
+    return [dict(c, suite=name) for c in _SUITES[name]()]
+
+
+# ------------------------------------------------------------------- time estimates
+
+# Nominal H200 rates for the budget estimate only (dense, achievable rather than
+# datasheet peaks: the datasheet's bf16 is about 990 TFLOP/s, copies reach ~4.3 TB/s).
+EST_RATE_FLOP_PER_S = {"bf16": 750e12, "fp16": 750e12, "fp8": 1400e12, "tf32": 370e12,
+                       "fp32": 50e12, "fp64": 50e12}
+EST_ATTENTION_EFFICIENCY = 0.5  # SDPA kernels reach about half the matrix rate
+EST_HBM_BYTES_PER_S = 4.3e12
+EST_BUS_BYTES_PER_S = 300e9  # NCCL bus bandwidth over NVLink, large messages
+EST_COLLECTIVE_LATENCY_S = 20e-6
+EST_LAUNCH_S = 4e-6  # floor of one op inside a CUDA graph
+EST_CASE_OVERHEAD_S = 0.25  # allocation, warm-up, capture, profiler pass, record
+EST_COLLECTIVE_STARTUP_S = 20.0  # process spawn and NCCL communicator setup, once
+
+
+def case_work(case, world_size=2):
+    """(flops, bytes, rate key) of one call: the roofline terms of the budget estimate."""
+    op, dt = case["op"], case.get("dtype", "bf16")
+    e = ELEMENT_BYTES.get(dt, 2)
+    if op == "gemm":
+        b, m, n, k = case["batch"], case["m"], case["n"], case["k"]
+        out_e = 2 if dt == "fp8" else e
+        return 2 * b * m * n * k, b * (m * k * e + n * k * e + m * n * out_e), dt
+    if op == "attention":
+        b, h, kv, sq, skv, d = (case[x] for x in ("batch", "heads", "kv_heads", "seq_q",
+                                                    "seq_kv", "head_dim"))
+        flops = 4 * b * h * sq * skv * d * (0.5 if case["causal"] else 1.0)
+        nbytes = e * (2 * b * h * sq * d + 2 * b * kv * skv * d)
+        return flops / EST_ATTENTION_EFFICIENCY, nbytes, dt
+    if op == "moe":
+        t, hd, f, ex, k = (case[x] for x in ("tokens", "hidden", "ffn", "experts", "top_k"))
+        flops = 2 * t * hd * ex + 2 * t * k * hd * 3 * f
+        touched = min(ex, t * k)
+        return flops, 2 * (touched * 3 * hd * f + 4 * t * k * hd), "bf16"
+    if op == "copy":
+        return 0, 2 * case["bytes"], dt
+    if op == "rmsnorm":
+        return 0, 2 * 2 * case["tokens"] * case["hidden"], dt
+    if op == "decoder_layer":
+        return _decoder_work(case)
+    if op in COLLECTIVE_OPS:
+        factor = 2 * (world_size - 1) / world_size if op == "allreduce" else \
+            (world_size - 1) / world_size
+        return 0, case["bytes"] * factor, "bus"
+    return 0, 0, dt
+
+
+def _decoder_work(case):
+    b, s, hd, h, kv, d, f = (case[x] for x in ("batch", "seq", "hidden", "heads", "kv_heads",
+                                               "head_dim", "ffn"))
+    params = (h + 2 * kv) * d * hd + hd * h * d + 2 * f * hd + hd * f
+    if case["mode"] == "prefill":
+        tokens = b * s
+        attn = 4 * b * h * s * s * d * 0.5 / EST_ATTENTION_EFFICIENCY
+        return 2 * tokens * params + attn, 2 * params + 2 * 6 * tokens * hd, "bf16"
+    kv_bytes = _kv_bytes(b, kv, s + 1, d)
+    return 2 * b * params + 4 * b * h * (s + 1) * d, 2 * params + kv_bytes, "bf16"
+
+
+def estimate_call_s(case, world_size=2):
+    """Expected seconds of one call on an H200 at the nominal rates above."""
+    flops, nbytes, key = case_work(case, world_size)
+    if key == "bus":
+        return EST_COLLECTIVE_LATENCY_S + nbytes / EST_BUS_BYTES_PER_S
+    rate = EST_RATE_FLOP_PER_S.get(key, EST_RATE_FLOP_PER_S["bf16"])
+    return max(flops / rate, nbytes / EST_HBM_BYTES_PER_S, EST_LAUNCH_S)
+
+
+def estimate_case_s(case, world_size=2):
+    """Expected harness seconds for one case, following the timing rules of timing.py."""
+    t = estimate_call_s(case, world_size)
+    calls = min(256, max(1, math.ceil(2e-3 / t)))
+    replay = calls * t
+    replays = min(100, max(15, math.ceil(0.1 / replay)))
+    warm_and_estimate = 3 * t + min(64, max(1, math.ceil(1e-3 / t))) * t + 3 * replay
+    capture = calls * 30e-6
+    return EST_CASE_OVERHEAD_S + warm_and_estimate + capture + replays * replay
+
+
+def estimate_suite_s(cases, world_size=2):
+    """Expected harness seconds for a list of cases (collectives only if world_size >= 2)."""
+    total = sum(estimate_case_s(c, world_size) for c in cases
+                if c["op"] not in COLLECTIVE_OPS or world_size >= 2)
+    if world_size >= 2 and any(c["op"] in COLLECTIVE_OPS for c in cases):
+        total += EST_COLLECTIVE_STARTUP_S
+    return total

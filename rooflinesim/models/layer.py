@@ -1,0 +1,67 @@
+"""One Llama-style decoder layer as the kernels it runs (dense MLP, GQA attention).
+
+This is the layer the harness measures as ``decoder_layer`` records, written the way
+eager PyTorch runs it: RMSNorm, fused QKV GEMM, SDPA, the head-merging copy (prefill),
+O GEMM, residual add, RMSNorm, fused gate-up GEMM, SiLU and multiply (two kernels),
+down GEMM, residual add; in decode, the new token's K and V are copied into the cache.
+"""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from ..ops.attention import Attention
+from ..ops.gemm import Gemm
+from ..ops.memory import Copy, Elementwise, Norm
+from ..ops.sequence import Sequence
+
+
+def decoder_layer(mode: str, batch: int, seq: int, hidden: int, heads: int, kv_heads: int,
+                  head_dim: int, ffn: int, dtype: str = "bf16", attention_backend=None) -> Sequence:
+    if mode not in ("prefill", "decode"):
+        raise UserError(f"mode must be prefill or decode (got {mode!r})")
+    if heads % kv_heads:
+        raise UserError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    t = batch * seq if mode == "prefill" else batch
+    q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+    act_bytes = 2  # bf16 activations
+    if mode == "prefill":
+        attn = Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq, seq_kv=seq,
+                         head_dim=head_dim, causal=True, dtype=dtype, backend=attention_backend)
+    else:
+        attn = Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=1, seq_kv=seq + 1,
+                         head_dim=head_dim, causal=False, dtype=dtype, backend=attention_backend)
+    parts = [
+        ("input_norm", Norm(tokens=t, hidden=hidden, dtype=dtype), 1),
+        ("qkv_proj", Gemm(m=t, n=q_dim + 2 * kv_dim, k=hidden, dtype=dtype), 1),
+    ]
+    if mode == "decode":  # write the new K and V into the cache
+        parts.append(("kv_cache_write", Copy(bytes=t * kv_dim * act_bytes), 2))
+    parts.append(("attention", attn, 1))
+    if mode == "prefill":  # [b, h, s, d] -> [b*s, h*d]
+        parts.append(("merge_heads", Copy(bytes=t * q_dim * act_bytes), 1))
+    parts += [
+        ("o_proj", Gemm(m=t, n=hidden, k=q_dim, dtype=dtype), 1),
+        ("residual_add", Elementwise(elements=t * hidden, kind="add", dtype=dtype), 1),
+        ("post_attention_norm", Norm(tokens=t, hidden=hidden, dtype=dtype), 1),
+        ("gate_up_proj", Gemm(m=t, n=2 * ffn, k=hidden, dtype=dtype), 1),
+        ("silu", Elementwise(elements=t * ffn, kind="silu", dtype=dtype), 1),
+        ("mul", Elementwise(elements=t * ffn, kind="mul", dtype=dtype), 1),
+        ("down_proj", Gemm(m=t, n=hidden, k=ffn, dtype=dtype), 1),
+        ("residual_add", Elementwise(elements=t * hidden, kind="add", dtype=dtype), 1),
+    ]
+    return Sequence(parts=tuple(parts), name=f"decoder_layer {mode}")
+
+
+def decoder_layer_from_record(rec: dict) -> Sequence:
+    from ..calibration.records import Unpredictable
+
+    need = ("mode", "batch", "seq", "hidden", "heads", "kv_heads", "head_dim", "ffn")
+    missing = [k for k in need if k not in rec]
+    if missing:
+        raise Unpredictable(f"missing field(s) {', '.join(missing)}")
+    backend = rec.get("backend")
+    if backend not in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"):
+        backend = None
+    return decoder_layer(rec["mode"], rec["batch"], rec["seq"], rec["hidden"], rec["heads"],
+                         rec["kv_heads"], rec["head_dim"], rec["ffn"], dtype=rec.get("dtype", "bf16"),
+                         attention_backend=backend)

@@ -1,0 +1,301 @@
+"""The measurement harness on a CPU: records, resume, failures, isolation, CLI errors.
+
+Needs numpy only (no torch): the CUDA timer's control flow is checked against a small
+stand-in for torch.cuda whose "graph" records calls and replays them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+
+from rooflinesim.harness import cli, records, suites, timing
+
+COMMON = ("op", "dtype", "measured_s", "min_s", "max_s", "hardware", "backend", "graph",
+          "status", "case_id", "run_id", "suite")
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run(*args):
+    return cli.main(["run", "--device", "cpu", "--quiet", *args])
+
+
+def _write_cases(path, cases):
+    path.write_text(json.dumps(cases))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny") / "m.jsonl"
+    assert _run("--suite", "cpu-tiny", "--out", str(out)) == 0
+    return out
+
+
+def test_cpu_tiny_writes_header_then_one_ok_record_per_case(tiny_run):
+    lines = _lines(tiny_run)
+    header, recs = lines[0], lines[1:]
+    run = header["run"]
+    assert run["device"] == "cpu" and run["hardware"] == "cpu" and run["suites"] == ["cpu-tiny"]
+    assert run["mode"] == "eager" and run["run_id"] and run["date"] and run["python"]
+    assert len(recs) == len(suites.suite_cases("cpu-tiny"))
+    for rec in recs:
+        assert set(COMMON) <= set(rec), rec
+        assert rec["status"] == "ok" and rec["run_id"] == run["run_id"]
+        assert rec["hardware"] == "cpu" and rec["graph"] is False and rec["suite"] == "cpu-tiny"
+        assert 0 < rec["min_s"] <= rec["measured_s"] <= rec["max_s"] < 1.0
+        assert rec["calls"] >= 1 and 1 <= rec["sets"] <= timing.MAX_SETS
+        assert timing.MIN_REPLAYS <= rec["replays"] <= timing.MAX_REPLAYS
+        assert rec["case_id"] == records.case_id(rec, "eager")
+    ops = {r["op"] for r in recs}
+    assert ops == {"gemm", "copy", "rmsnorm"}
+
+
+def test_second_run_resumes_and_writes_nothing(tiny_run):
+    before = tiny_run.read_bytes()
+    assert _run("--suite", "cpu-tiny", "--out", str(tiny_run)) == 0
+    assert tiny_run.read_bytes() == before
+
+
+def test_failing_case_gives_a_failure_record_and_the_run_goes_on(tmp_path):
+    cases = [
+        {"op": "gemm", "dtype": "fp32", "m": 8, "n": 16, "k": 16, "batch": 1, "backend": "numpy"},
+        {"op": "gemm", "dtype": "fp32", "m": -1, "n": 16, "k": 16, "batch": 1, "backend": "numpy"},
+        {"op": "copy", "dtype": "uint8", "bytes": 4096, "backend": "numpy"},
+    ]
+    out = tmp_path / "m.jsonl"
+    assert _run("--cases", _write_cases(tmp_path / "c.json", cases), "--out", str(out)) == 0
+    recs = _lines(out)[1:]
+    assert [r["status"] for r in recs] == ["ok", "failed", "ok"]
+    failed = recs[1]
+    assert failed["m"] == -1 and "\n" not in failed["error"] and failed["error"]
+    assert failed["op"] == "gemm" and failed["case_id"] and failed["run_id"] == recs[0]["run_id"]
+    # failed cases are skipped on resume unless retried
+    assert _run("--cases", str(tmp_path / "c.json"), "--out", str(out)) == 0
+    assert len(_lines(out)) == 4
+    assert _run("--cases", str(tmp_path / "c.json"), "--out", str(out), "--retry-failed") == 0
+    again = _lines(out)
+    assert again[-1]["status"] == "failed" and again[-1]["m"] == -1
+    assert len(again) == 6  # a new header and the retried case
+
+
+def test_isolated_run_records_a_crash_and_a_hang_and_goes_on(tmp_path):
+    cases = [{"op": "selftest", "action": a, "dtype": "none"} for a in ("exit", "hang", "ok")]
+    out = tmp_path / "m.jsonl"
+    rc = _run("--cases", _write_cases(tmp_path / "c.json", cases), "--out", str(out),
+              "--isolate", "--case-timeout", "2", "--restarts", "3")
+    assert rc == 0
+    recs = [r for r in _lines(out) if "case_id" in r]
+    by_action = {r["action"]: r for r in recs}
+    assert "died" in by_action["exit"]["error"] and by_action["exit"]["status"] == "failed"
+    assert "timed out" in by_action["hang"]["error"]
+    assert by_action["ok"]["status"] == "ok"
+    assert len({r["run_id"] for r in recs}) == 1
+    assert not (tmp_path / "m.jsonl.inflight").exists()
+
+
+def test_max_cases_and_time_budget_limit_the_run(tmp_path):
+    out = tmp_path / "m.jsonl"
+    assert _run("--suite", "cpu-tiny", "--out", str(out), "--max-cases", "2") == 0
+    assert len(_lines(out)) == 3
+    assert _run("--suite", "cpu-tiny", "--out", str(out), "--time-budget", "0.001") == 0
+    assert len([r for r in _lines(out) if "case_id" in r]) <= 3
+
+
+def test_list_shows_every_suite_with_counts_and_estimates(capsys):
+    assert cli.main(["run", "--list"]) == 0
+    text = capsys.readouterr().out
+    for name in suites.SUITE_NAMES:
+        assert name in text
+    assert cli.main(["list", "--suite", "gemm"]) == 0
+    assert "gemm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["run", "--suite", "nope"],
+    ["run", "--max-cases", "0"],
+    ["run", "--time-budget", "soon"],
+    ["run", "--device", "tpu"],
+    ["run", "--bogus"],
+    ["run", "--suite", "cpu-tiny", "--cases", "x.json"],
+    ["run", "--device", "cpu", "--cases", "/nonexistent/cases.json"],
+])
+def test_bad_arguments_exit_2_with_one_sentence(argv, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harness: error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_bad_case_file_exits_2(tmp_path, capsys):
+    path = _write_cases(tmp_path / "c.json", [{"op": "gemm", "m": 1}])
+    assert cli.main(["run", "--device", "cpu", "--cases", path]) == 2
+    assert "lacks" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- pure helpers
+
+def test_case_id_is_stable_and_distinguishes_mode_backend_and_shape():
+    g = suites.gemm(128, 4096, 4096)
+    assert records.case_id(g, "graph") == records.case_id(dict(g, suite="x"), "graph")
+    assert records.case_id(g, "graph") != records.case_id(g, "eager")
+    assert records.case_id(g, "graph") != records.case_id(suites.gemm(129, 4096, 4096), "graph")
+    a = suites.attention(1, 32, 8, 1, 4096, 128, False, backend="sdpa-flash")
+    b = dict(a, backend="sdpa-cudnn")
+    assert records.case_id(a, "graph") != records.case_id(b, "graph")
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("NVIDIA H200", "h200-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA B200", "b200"), ("NVIDIA L40S", "l40s"), ("NVIDIA L4", "l4"),
+    ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
+    ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
+])
+def test_hardware_names(name, spec):
+    assert records.hardware_name(name) == spec
+
+
+def test_rotation_and_replay_rules():
+    l2 = 50 * 2 ** 20
+    assert timing.rotation_sets(l2, l2) == 4  # 4 sets of one L2 each span 4x the L2
+    assert timing.rotation_sets(1, l2) == timing.MAX_SETS
+    assert timing.rotation_sets(10 * 2 ** 30, l2) == 1
+    assert timing.rotation_sets(6 * 2 ** 30, 64 * 2 ** 30) == 2  # capped at 16 GiB in all
+    assert timing.calls_per_replay(1e-6) == timing.MAX_CALLS
+    assert timing.calls_per_replay(1e-4) == 20
+    assert timing.calls_per_replay(5e-3) == 1
+    assert timing.timed_replays(2e-3) == 50
+    assert timing.timed_replays(1.0) == timing.MIN_REPLAYS
+    assert timing.timed_replays(1e-6) == timing.MAX_REPLAYS
+
+
+def test_suites_are_deterministic_and_within_their_caps():
+    for name in suites.SUITE_NAMES:
+        assert suites.suite_cases(name) == suites.suite_cases(name)
+    for c in suites.suite_cases("gemm"):
+        flops, nbytes, _ = suites.case_work(c)
+        assert flops == 2 * c["batch"] * c["m"] * c["n"] * c["k"]  # one FMA = 2 FLOPs
+        assert flops <= suites.GEMM_MAX_FLOPS and nbytes <= suites.GEMM_MAX_OPERAND_BYTES
+        if c["dtype"] == "fp8":
+            assert c["n"] % 16 == 0 and c["k"] % 16 == 0  # torch._scaled_mm's rule
+    quick = suites.suite_cases("quick")
+    local = [c for c in quick if c["op"] not in suites.COLLECTIVE_OPS]
+    assert suites.estimate_suite_s(local, 1) < 5 * 60
+    assert {c["op"] for c in quick} >= {"gemm", "attention", "moe", "copy", "rmsnorm",
+                                        "decoder_layer", "allreduce", "alltoall"}
+
+
+# ------------------------------------------------- CUDA timer against a stand-in
+
+class _FakeCuda:
+    """Enough of torch.cuda for CudaTimer: events on a host clock, graphs as call lists."""
+
+    def __init__(self, capture_fails=False):
+        self.capturing = None
+        self.capture_fails = capture_fails
+        self.clock = 0.0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = cuda.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.t - self.t) * 1e3
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        class CUDAGraph:
+            def __init__(self):
+                self.calls = []
+
+            def replay(self):
+                for call in self.calls:
+                    call()
+
+        @contextlib.contextmanager
+        def graph(g):
+            cuda.capturing = g
+            try:
+                yield
+            finally:
+                cuda.capturing = None
+
+        self.Event, self.Stream, self.CUDAGraph, self.graph = Event, Stream, CUDAGraph, graph
+        self.stream = lambda s: contextlib.nullcontext()
+        self.current_stream = Stream
+        self.synchronize = lambda: None
+
+    def op(self, seconds, log, launch_gap=0.0):
+        """An op taking `seconds` on the device, plus `launch_gap` when launched eagerly."""
+        def run(i):
+            log.append(i)
+            self.clock += seconds
+
+        def fn(i):
+            if self.capturing is not None:
+                if self.capture_fails:
+                    raise RuntimeError("operation not permitted when stream is capturing")
+                self.capturing.calls.append(lambda: run(i))
+            else:
+                self.clock += launch_gap
+                run(i)
+        return fn
+
+
+class _FakeTorch:
+    def __init__(self, **kw):
+        self.cuda = _FakeCuda(**kw)
+
+
+def test_cuda_timer_captures_enough_calls_and_times_replays():
+    torch = _FakeTorch()
+    log = []
+    call_s = 2.0 ** -16  # about 15 us, exact in binary so the sums are exact
+    t = timing.CudaTimer(torch, graph=True).time(torch.cuda.op(call_s, log), sets=7)
+    assert t.graph and t.graph_error is None
+    assert t.calls == 132  # ceil(2 ms / 15.26 us)
+    assert t.replays == 50  # ceil(0.1 s / 2.014 ms)
+    assert t.measured_s == pytest.approx(call_s) and t.sets == 7
+    assert set(log[-t.calls:]) == set(range(t.calls))  # call i ran on set i % sets
+
+
+def test_cuda_timer_recaptures_when_the_eager_estimate_was_inflated_by_launch_gaps():
+    torch = _FakeTorch()
+    call_s = 2.0 ** -16
+    t = timing.CudaTimer(torch, graph=True).time(torch.cuda.op(call_s, [], 2 * call_s), 1)
+    assert t.graph and t.calls == 132 and t.measured_s == pytest.approx(call_s)
+    eager = timing.CudaTimer(torch, graph=False).time(torch.cuda.op(call_s, [], 2 * call_s), 1)
+    assert not eager.graph and eager.calls == 44 and eager.measured_s == pytest.approx(3 * call_s)
+
+
+def test_cuda_timer_falls_back_to_eager_when_capture_fails():
+    torch = _FakeTorch(capture_fails=True)
+    t = timing.CudaTimer(torch, graph=True).time(torch.cuda.op(1e-3, []), sets=1)
+    assert t.graph is False and "capture failed" in t.graph_error
+    assert t.calls == 2 and t.measured_s == pytest.approx(1e-3)
+
+
+def test_cpu_timer_follows_the_replay_rules():
+    clock = [0.0]
+
+    def fn(i):
+        clock[0] += 1e-4
+    t = timing.time_cpu(fn, 3, clock=lambda: clock[0])
+    assert t.calls == 20 and t.replays == 50 and t.measured_s == pytest.approx(1e-4)
