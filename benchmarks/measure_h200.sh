@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # start each output file from what the repository already holds
-for f in "$data"/*.jsonl; do [ -e "$f" ] && cp "$f" "$out/"; done
+for f in "$data"/*.jsonl; do [ -e "$f" ] && cp "$f" "$out/" && chmod u+w "$out/$(basename "$f")"; done
 
 on_gpu() {  # on_gpu GPU BUDGET_S FILE SUITE...
   local gpu=$1 budget=$2 file=$3; shift 3
