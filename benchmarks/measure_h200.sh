@@ -39,7 +39,7 @@ smoke)
   ;;
 main)
   (on_gpu 0 300 calib-gemm.jsonl gemm; on_gpu 0 150 holdout.jsonl holdout) &
-  (on_gpu 1 300 calib-attention.jsonl attention; on_gpu 1 150 calib-decoder.jsonl decoder) &
+  (on_gpu 1 300 calib-attention.jsonl attention; on_gpu 1 150 decoder-layers.jsonl decoder) &
   wait
   python3 -m rooflinesim.harness run --suite holdout --out "$out/holdout.jsonl" \
     --time-budget 60 >>"$out/log-collectives.txt" 2>&1

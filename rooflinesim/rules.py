@@ -10,7 +10,7 @@ from .errors import UserError
 from .ops.attention import BLOCK_Q, Attention
 from .ops.collectives import Collective
 from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
-from .ops.memory import Copy, Elementwise, Gather, Norm
+from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
 from .timing import Timing, collective_time, kernel_time, sum_timings
@@ -22,20 +22,55 @@ def _waves(tiles, sm_count):
     return np.ceil(np.asarray(tiles, dtype=float) / sm_count)
 
 
+def padded(x, tile):
+    """A dimension rounded up to the tile the library would pick: small sizes get the
+    next power-of-two tile (at least 8), larger ones whole tiles of ``tile``."""
+    x = np.asarray(x, dtype=float)
+    small = np.maximum(8.0, 2.0 ** np.ceil(np.log2(np.maximum(x, 1.0))))
+    return np.where(x < tile, np.minimum(small, tile), np.ceil(x / tile) * tile)
+
+
 def _wave_efficiency(tiles, sm_count):
     """Fraction of SM slots doing work when ``tiles`` blocks run in whole waves."""
     tiles = np.asarray(tiles, dtype=float)
     return tiles / (_waves(tiles, sm_count) * sm_count)
 
 
-def aligned(op: Gemm):
-    """A row-major operand with k (or an output with n) elements per row is TMA-friendly
-    when its row stride is a multiple of 16 bytes."""
+def alignment_bytes(elements, element_bytes):
+    """Largest power of two (at most 16) dividing a row stride of ``elements``."""
+    b = np.asarray(elements) * element_bytes
+    out = np.full(np.shape(b), 1.0)
+    for a in (2, 4, 8, 16):
+        out = np.where(np.mod(b, a) == 0, a, out)
+    return out
+
+
+def gemm_alignment(op):
+    """Byte alignment of the narrowest row stride of a row-major GEMM: A and W have k
+    elements per row, C has n. TMA (Hopper's fast path) needs 16 bytes."""
     act, wt, out, _ = FORMATS[op.dtype]
-    k_ok = np.mod(np.asarray(op.k) * bytes_per_element(act), ALIGN_BYTES) == 0
-    kw_ok = np.mod(np.asarray(op.k) * bytes_per_element(wt), ALIGN_BYTES) == 0
-    n_ok = np.mod(np.asarray(op.n) * bytes_per_element(out), ALIGN_BYTES) == 0
-    return k_ok & kw_ok & n_ok
+    a = np.minimum(alignment_bytes(op.k, bytes_per_element(act)),
+                   alignment_bytes(op.k, bytes_per_element(wt)))
+    return np.minimum(a, alignment_bytes(op.n, bytes_per_element(out)))
+
+
+def _alignment_factors(op, p):
+    """(compute factor, memory factor) by alignment class: 16 B, 4-8 B, 2 B or less."""
+    a = gemm_alignment(op)
+    c = np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_compute, p.align2_compute))
+    m = np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_memory, p.align2_memory))
+    m = np.where((a < 16) & (np.asarray(op.m) <= 8), p.skinny_misaligned_memory, m)
+    return c, m
+
+
+def split_k_kernels(op, p):
+    """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile)."""
+    if not p.split_k_ratio:
+        return 1.0
+    tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
+    x = (np.log(np.asarray(op.k) / tiles) - np.log(p.split_k_ratio)) / 0.25
+    x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
+    return 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
 
 
 def _require(spec, rate: str, what: str):
@@ -48,7 +83,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     p = profile.params("gemm", op.dtype)
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
-        pad = op.padded_flops(p.tile_m, p.tile_n) / op.flops()
+        pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
         scale = scale * pad
         losses["tile_padding"] = pad
     if p.k_overhead:
@@ -59,12 +94,21 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         eff = _wave_efficiency(op.tiles(p.tile_m, p.tile_n), spec.chip.sm_count)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
-    mis = 1.0
-    if p.misaligned_efficiency < 1:
-        mis = np.where(aligned(op), 1.0, 1 / p.misaligned_efficiency)
-        losses["misalignment"] = mis
-    return kernel_time(op.work(), spec, p, compute_scale=scale * mis, memory_scale=mis,
-                       losses=losses)
+    fc, fm = _alignment_factors(op, p)
+    if np.any(fc != 1.0) or np.any(fm != 1.0):
+        losses["misalignment"] = 1 / fc
+    kernels = split_k_kernels(op, p)
+    if p.split_k_ratio:
+        losses["split_k_kernels"] = kernels
+    extra = 0.0
+    if p.k_element_s:
+        # the k loop of one output tile runs in series; a split k shares it out
+        tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
+        splits = np.clip(spec.chip.sm_count / tiles, 1.0, 16.0) ** (kernels - 1.0)
+        extra = np.asarray(op.k) * p.k_element_s / fc / splits
+        losses["k_serial_s"] = extra
+    return kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=1 / fm,
+                       losses=losses, kernels=kernels, extra_s=extra)
 
 
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
@@ -84,29 +128,50 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     p = profile.params("attention", op.backend or "", op.variant)
-    scale, losses = 1.0, {}
+    scale, losses, extra = 1.0, {}, 0.0
     rows = op.batch * op.heads * op.seq_q
     keys_per_query = op.pairs() / rows
     if p.seq_overhead:
         fill = (keys_per_query + p.seq_overhead) / keys_per_query
         scale = scale * fill
         losses["kv_fill"] = fill
+    # the query heads that share a KV head are packed into one block's rows (GQA), so
+    # a decode step fills group * seq_q rows of a tile_m-row block
+    group_rows = np.asarray(op.heads / op.kvh) * np.asarray(op.seq_q)
+    blocks = op.batch * op.kvh * np.ceil(group_rows / BLOCK_Q)
     if p.tile_m > 1:
-        pad = np.ceil(np.asarray(op.seq_q, dtype=float) / p.tile_m) * p.tile_m / op.seq_q
+        pad = padded(group_rows, p.tile_m) / group_rows
         scale = scale * pad
         losses["query_padding"] = pad
     if p.wave_quantization:
-        eff = _wave_efficiency(op.q_blocks(p.tile_m if p.tile_m > 1 else BLOCK_Q), spec.chip.sm_count)
+        eff = _wave_efficiency(blocks, spec.chip.sm_count)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
+    if p.row_element_s:
+        # each block walks its keys in series, unless short queries split the keys
+        # over enough blocks to fill the GPU
+        splits = np.where(np.asarray(op.seq_q) <= p.split_kv_max_query,
+                          np.clip(spec.chip.sm_count / blocks, 1.0, 128.0), 1.0)
+        extra = keys_per_query * np.asarray(op.head_dim) * p.row_element_s / splits
+        losses["kv_serial_s"] = extra
     return kernel_time(op.work(), spec, p, compute_scale=scale,
-                       overlap_aux=(op.variant == "fa3"), losses=losses)
+                       overlap_aux=(op.variant == "fa3"), losses=losses, extra_s=extra)
 
 
 def memory_rule(op, spec, profile) -> Timing:
-    key = {Copy: "copy", Gather: "gather"}.get(type(op)) or op.kind
+    key = {Copy: "copy", Gather: "gather", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
     p = profile.params("memory", key)
-    return kernel_time(op.work(), spec, p)
+    memory_scale, extra, losses = 1.0, 0.0, {}
+    if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
+        a = alignment_bytes(op.bytes, 1)
+        memory_scale = 1 / np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_memory, p.align2_memory))
+    if isinstance(op, Norm) and p.row_element_s:
+        # one thread block per row: with few rows, each block's own latency-bound pass
+        # over its row sets the time, in waves of rows_per_sm rows per SM
+        waves = np.ceil(np.asarray(op.tokens) / (spec.chip.sm_count * p.rows_per_sm))
+        extra = waves * np.asarray(op.hidden) * p.row_element_s
+        losses["row_waves"] = waves
+    return kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:
@@ -146,6 +211,7 @@ _RULES = {
     Elementwise: memory_rule,
     Norm: memory_rule,
     Gather: memory_rule,
+    Bookkeeping: memory_rule,
     Collective: collective_rule,
     Sequence: sequence_rule,
 }

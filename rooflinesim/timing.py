@@ -111,7 +111,7 @@ def math_flops(work: Work):
 
 
 def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap_aux=False,
-                memory_scale=1.0, losses=None) -> Timing:
+                memory_scale=1.0, losses=None, kernels=None, extra_s=0.0) -> Timing:
     """Time one kernel (or a fused group of kernels) from its work under parameters ``p``.
 
     compute_scale multiplies the compute time (tile, wave and fill losses), memory_scale
@@ -124,11 +124,19 @@ def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap
              + work.sfu_ops / sfu_rate(spec))
     compute = (np.maximum(t_tensor, t_aux) if overlap_aux else t_tensor + t_aux) * compute_scale
     bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
-    hbm = (work.hbm_bytes + p.memory_half_bytes * (np.asarray(work.hbm_bytes) > 0)) / bw * memory_scale
+    hbm = work.hbm_bytes / bw * memory_scale
+    if p.large_bytes and p.large_memory_efficiency < 1:
+        step = 1 / (1 + np.exp(-np.clip(np.log(np.maximum(np.asarray(work.hbm_bytes, dtype=float), 1.0)
+                                                 / p.large_bytes) / 0.05, -50, 50)))
+        hbm = hbm * (1 + step * (1 / p.large_memory_efficiency - 1))
+    if p.memory_latency_s:
+        # DRAM latency is hidden only once enough bytes are in flight
+        hbm = hbm + p.memory_latency_s * -np.expm1(-np.asarray(work.hbm_bytes) / p.memory_latency_bytes)
     l2_bw = spec.memory.l2_bandwidth_bytes_per_s
     l2 = work.l2_bytes / (l2_bw * p.l2_efficiency) if (l2_bw and p.l2_efficiency) else 0.0 * hbm
-    body = corner([compute, hbm, l2], p.corner)
-    launch = work.kernels * p.launch_s
+    body = corner([compute, hbm, l2, extra_s], p.corner) if np.any(extra_s) else corner(
+        [compute, hbm, l2], p.corner)
+    launch = (work.kernels if kernels is None else kernels) * p.launch_s
     if p.compute_efficiency < 1:
         losses["compute_efficiency"] = 1 / p.compute_efficiency
     if p.memory_efficiency < 1:
@@ -163,6 +171,8 @@ def collective_time(op, spec, profile: Profile) -> Timing:
                         f"a world size of {op.world_size} would cross nodes, which is not modelled")
     link = w.link_bytes / (link_bw * cp.link_efficiency)
     fixed = cp.latency_s + w.link_steps * cp.step_latency_s
+    if cp.fill_latency_s:
+        link = link + cp.fill_latency_s * -np.expm1(-np.asarray(op.bytes, dtype=float) / cp.fill_bytes)
     latency = fixed + link
     t = Timing(
         latency_s=latency,

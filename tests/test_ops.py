@@ -81,7 +81,7 @@ def test_moe_uniform_routing_statistics():
     assert t * k / e < busiest <= t
     moe = MoE(tokens=t, hidden=1024, ffn=2048, experts=e, top_k=k)
     names = [n for n, _ in moe.kernels()]
-    assert names == ["router", "topk", "dispatch", "experts_gate_up", "experts_act",
+    assert names == ["router", "topk", "routing", "dispatch", "experts_gate_up", "experts_act",
                      "experts_down", "combine"]
     w = moe.work()
     # experts: gate+up (2F x H) and down (H x F) for every routed row; router T x E x H

@@ -37,13 +37,40 @@ class KernelParams(BaseModel):
     tile_n: int = Field(1, ge=1)
     k_overhead: float = Field(0.0, ge=0, description="per-tile pipeline fill, in k elements")
     wave_quantization: bool = False
-    misaligned_efficiency: float = Field(1.0, gt=0, le=1.0,
-                                         description="rate factor when a row stride is not 16-byte aligned")
+    align8_compute: float = Field(1.0, gt=0, le=1.0, description=(
+        "GEMM compute-rate factor when the narrowest row stride is 4- or 8-byte aligned "
+        "(no TMA: older cp.async kernels)"))
+    align8_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case")
+    align2_compute: float = Field(1.0, gt=0, le=1.0, description=(
+        "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"))
+    align2_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case")
+    split_k_ratio: float = Field(0.0, ge=0, description=(
+        "GEMM: k per 64x64 output tile above which the library splits k and adds a "
+        "reduction kernel (0: never)"))
+    k_element_s: float = Field(0.0, ge=0, description=(
+        "GEMM: latency per element of k that one thread block walks in series; bounds "
+        "GEMMs with few output tiles and a long k"))
+    split_k_min: float = Field(2560.0, ge=0, description="GEMM: smallest k that is ever split")
+    skinny_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
+        "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"))
+    row_element_s: float = Field(0.0, ge=0, description=(
+        "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
+        "that one thread block walks in series"))
+    split_kv_max_query: int = Field(1, ge=0, description=(
+        "attention: the largest query length for which the kernel splits the keys over "
+        "thread blocks to fill the GPU (flash-decoding)"))
+    rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM")
+    memory_latency_s: float = Field(0.0, ge=0, description=(
+        "first-byte latency of a memory-bound kernel, paid in full once it moves more than "
+        "memory_latency_bytes"))
+    memory_latency_bytes: float = Field(1.0, gt=0)
+    large_bytes: float = Field(0.0, ge=0, description=(
+        "memory-bound kernels moving more than this ran at large_memory_efficiency of their "
+        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"))
+    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0)
     seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys")
     l2_efficiency: float = Field(0.0, ge=0, le=1.0,
                                  description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
-    memory_half_bytes: float = Field(0.0, ge=0,
-                                     description="bytes at which a kernel reaches half its bandwidth")
 
 
 class CollectiveParams(BaseModel):
@@ -51,6 +78,10 @@ class CollectiveParams(BaseModel):
     latency_s: float = Field(0.0, ge=0, description="fixed cost of one call")
     step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step")
     link_efficiency: float = Field(1.0, gt=0, le=1.0)
+    fill_latency_s: float = Field(0.0, ge=0, description=(
+        "extra latency of messages large enough to leave the low-latency protocols, "
+        "paid in full above fill_bytes"))
+    fill_bytes: float = Field(1.0, gt=0)
 
 
 class Profile(BaseModel):

@@ -65,6 +65,12 @@ def _need(rec, *names):
     return [rec[n] for n in names]
 
 
+def _flag(v):
+    import numpy as np
+
+    return bool(v) if np.ndim(v) == 0 else np.asarray(v, dtype=bool)
+
+
 def to_op(rec: dict):
     """The op a record measured."""
     from ..ops import Attention, Collective, Copy, Gemm, MoE, Norm
@@ -77,7 +83,7 @@ def to_op(rec: dict):
         if op == "attention":
             b, h, sq, skv, d = _need(rec, "batch", "heads", "seq_q", "seq_kv", "head_dim")
             return Attention(batch=b, heads=h, kv_heads=rec.get("kv_heads", h), seq_q=sq, seq_kv=skv,
-                             head_dim=d, causal=bool(rec.get("causal", False)),
+                             head_dim=d, causal=_flag(rec.get("causal", False)),
                              dtype=rec.get("dtype", "bf16"),
                              backend=rec.get("backend") or None)
         if op == "moe":

@@ -35,24 +35,55 @@ def stats(errors) -> dict:
             "max_ape": float(a.max()), "bias": float(np.median(e))}
 
 
+def _group_key(rec: dict) -> tuple:
+    """Records that differ only in numbers are predicted together, as arrays."""
+    return tuple(sorted((k, v) for k, v in rec.items()
+                        if isinstance(v, (str, bool)) and k not in _NOT_SHAPE))
+
+
+def _stack(recs: list[dict]) -> dict:
+    """One record whose numeric shape fields are arrays over ``recs``."""
+    out = dict(recs[0])
+    for k, v in recs[0].items():
+        if k in _NOT_SHAPE or isinstance(v, (str, bool, list, dict)) or v is None:
+            continue
+        if all(k in r for r in recs):
+            out[k] = np.array([r[k] for r in recs])
+    return out
+
+
 def predict_records(records: list[dict], spec, profile):
-    """(record, predicted seconds or None, reason) for each record."""
+    """(record, predicted seconds or None, reason) for each record, in order.
+
+    Records of one kind are predicted in one vectorized call; a group that fails is
+    retried record by record so that each bad record gets its own reason."""
     from ..timing import predict
 
-    out = []
-    for rec in records:
+    result: list = [None] * len(records)
+    groups: dict[tuple, list[int]] = {}
+    for i, rec in enumerate(records):
         hw = rec.get("hardware")
-        if hw and hw not in (spec.name, *getattr(spec, "aliases", [])):
-            out.append((rec, None, f"measured on {hw}, not {spec.name}"))
+        if hw and hw != spec.name and hw not in getattr(spec, "aliases", []):
+            result[i] = (rec, None, f"measured on {hw}, not {spec.name}")
             continue
+        groups.setdefault(_group_key(rec), []).append(i)
+    for idx in groups.values():
+        recs = [records[i] for i in idx]
         try:
-            op = to_op(rec)
-            t = float(predict(op, spec, profile).latency_s)
-        except (Unpredictable, UserError) as e:
-            out.append((rec, None, str(e)))
+            lat = np.broadcast_to(np.asarray(predict(to_op(_stack(recs)), spec, profile).latency_s,
+                                             dtype=float), (len(idx),))
+            for i, t in zip(idx, lat):
+                result[i] = (records[i], float(t), "")
             continue
-        out.append((rec, t, ""))
-    return out
+        except (Unpredictable, UserError):
+            pass
+        for i in idx:
+            try:
+                t = float(predict(to_op(records[i]), spec, profile).latency_s)
+                result[i] = (records[i], t, "")
+            except (Unpredictable, UserError) as e:
+                result[i] = (records[i], None, str(e).split("; ")[0][:160])
+    return result
 
 
 def validate(meas: Measurements, spec, profile, profile_name: str) -> Report:
@@ -68,11 +99,15 @@ def validate(meas: Measurements, spec, profile, profile_name: str) -> Report:
                          "predicted_s": pred, "error": err, "source": rec.get("_source")})
     for rec in meas.failed:
         rep.skipped.append({"source": rec.get("_source"), "op": rec["op"],
-                            "reason": f"failed measurement: {rec.get('error', 'no reason given')}"})
+                            "reason": "failed measurement: "
+                            + str(rec.get("error", "no reason given")).split(" | ")[0][:160]})
     rep.ops = {op: stats(errs) for op, errs in sorted(by_op.items())}
     return rep
 
 
+_NOT_SHAPE = {"measured_s", "min_s", "max_s", "status", "case_id", "run_id", "suite", "calls",
+              "sets", "replays", "kernels", "kernel_names", "_source", "wall_s", "graph_error",
+              "algbw_bytes_per_s", "busbw_bytes_per_s", "error", "hardware", "graph"}
 _SKIP = {"op", "measured_s", "min_s", "max_s", "hardware", "graph", "status", "case_id", "run_id",
          "suite", "calls", "sets", "replays", "kernels", "kernel_names", "_source",
          "algbw_bytes_per_s", "busbw_bytes_per_s"}

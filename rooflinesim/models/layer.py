@@ -8,6 +8,8 @@ down GEMM, residual add; in decode, the new token's K and V are copied into the 
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import UserError
 from ..ops.attention import Attention
 from ..ops.gemm import Gemm
@@ -19,7 +21,7 @@ def decoder_layer(mode: str, batch: int, seq: int, hidden: int, heads: int, kv_h
                   head_dim: int, ffn: int, dtype: str = "bf16", attention_backend=None) -> Sequence:
     if mode not in ("prefill", "decode"):
         raise UserError(f"mode must be prefill or decode (got {mode!r})")
-    if heads % kv_heads:
+    if np.any(np.asarray(heads) % np.asarray(kv_heads)):
         raise UserError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     t = batch * seq if mode == "prefill" else batch
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim

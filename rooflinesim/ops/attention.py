@@ -44,12 +44,10 @@ VECTOR_FLOPS_PER_SCORE = 4  # scale, running max, subtract, running sum
 def attended_pairs(seq_q, seq_kv, causal):
     """(query, key) pairs that are computed. Exact for causal seq_q <= seq_kv."""
     full = seq_q * seq_kv
-    if causal is False or causal == 0:
-        return full
     tri = seq_q * (seq_kv - seq_q) + seq_q * (seq_q + 1) / 2
-    if causal is True or causal == 1:
-        return tri
-    return where(causal, tri, full)  # an array of flags
+    if isinstance(causal, (bool, int)):
+        return tri if causal else full
+    return where(causal, tri, full)  # an array of flags, or a sympy condition
 
 
 @dataclass(frozen=True)

@@ -110,3 +110,18 @@ class Gather(Op):
         # a weighted combine adds rows_in rows into rows_out: one multiply-add per input element
         return Work(vector_flops=2 * self.rows_in * self.width,
                     hbm_bytes=(self.rows_in + self.rows_out) * self.width * b, kernels=1)
+
+
+@dataclass(frozen=True)
+class Bookkeeping(Op):
+    """Small index kernels (sorts, histograms, prefix sums, fills) whose cost is their
+    launches: ``kernels`` of them, moving ``bytes`` in all."""
+
+    kernels: Any
+    bytes: Any = 0
+    name: str = ""
+
+    family: ClassVar[str] = "bookkeeping"
+
+    def work(self) -> Work:
+        return Work(hbm_bytes=self.bytes, kernels=self.kernels)

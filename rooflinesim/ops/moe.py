@@ -27,7 +27,7 @@ from ..work import Work, total
 from .base import Op, check_choice, check_positive
 from .collectives import Collective
 from .gemm import FORMATS, TILE_M, Gemm
-from .memory import Elementwise, Gather, Norm
+from .memory import Bookkeeping, Elementwise, Gather, Norm
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,9 @@ class MoE(Op):
     tokens_per_expert: tuple | None = None
     imbalance: Any = None
     ep: Any = 1  # expert-parallel degree: experts sharded over ep GPUs
+    # small kernels of routing: top-k, sort by expert, histogram, offsets, weight
+    # gathers and casts (about 20 in an eager PyTorch layer; fused engines run ~3)
+    routing_kernels: int = 20
     name: str = ""
 
     family: ClassVar[str] = "moe"
@@ -165,6 +168,8 @@ class MoE(Op):
         out = [
             ("router", Gemm(m=t, n=e, k=h, dtype="bf16", name="router")),
             ("topk", Norm(tokens=t, hidden=e, dtype="fp32", kind="softmax", name="topk")),
+            ("routing", Bookkeeping(kernels=self.routing_kernels,
+                                    bytes=self.routed_rows() * 16, name="routing")),
             ("dispatch", Gather(rows_in=self.routed_rows(), rows_out=self.routed_rows(),
                                 width=h, dtype=ad, name="dispatch")),
         ]
