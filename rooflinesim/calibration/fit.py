@@ -216,7 +216,7 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
         for f in sorted(set(fold)):
             train = [r for r, g in zip(recs, fold) if g != f]
             test_idx = [i for i, g in enumerate(fold) if g == f]
-            if len(train) < len(group.free):
+            if len(train) < 3:
                 continue
             values = _fit_group(group, train, spec, profile)
             pred = _predict_all([recs[i] for i in test_idx], spec, _with(profile, group, values))

@@ -394,9 +394,10 @@ def cpu_tiny_suite():
     cases += [{"op": "gemm", "dtype": "fp64", "m": s, "n": s, "k": s, "batch": 1,
                "backend": "numpy"} for s in (64, 128, 256, 512)]
     cases += [{"op": "copy", "dtype": "uint8", "bytes": b, "backend": "numpy"}
-              for b in (KIB, 64 * KIB, MIB, 4 * MIB)]
+              for b in (KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB, 8 * MIB)]
     cases += [{"op": "rmsnorm", "dtype": "fp32", "tokens": t, "hidden": hd, "backend": "numpy"}
-              for (t, hd) in ((1, 1024), (16, 4096), (256, 1024), (64, 2048))]
+              for (t, hd) in ((1, 1024), (16, 4096), (256, 1024), (64, 2048), (4, 512),
+                              (128, 4096), (512, 512), (32, 8192))]
     return cases
 
 

@@ -1,7 +1,7 @@
 """Batched GEMM, as a Linear layer runs it: C[m, n] = A[m, k] @ W[n, k]^T, ``batch`` times.
 
 Formats (activation, weight, output, math rate):
-  fp32 (SIMT, no TF32), tf32, bf16, fp16: all operands in that dtype;
+  fp64 (the fp64 tensor rate), fp32 (SIMT, no TF32), tf32, bf16, fp16: all operands in that dtype;
   fp8: e4m3 inputs, bf16 output (scales applied in the epilogue), fp8 rate;
   int8: int8 inputs, bf16 output, int8 rate;
   int4: weight-only w4a16 (GPTQ/AWQ style): bf16 activations, 4-bit weights with one
@@ -21,6 +21,7 @@ from .base import Op, check_choice, check_positive
 
 # format -> (activation dtype, weight dtype, output dtype, math rate key)
 FORMATS = {
+    "fp64": ("fp64", "fp64", "fp64", "fp64_tensor"),
     "fp32": ("fp32", "fp32", "fp32", "fp32"),
     "tf32": ("fp32", "fp32", "fp32", "tf32"),
     "bf16": ("bf16", "bf16", "bf16", "bf16"),
