@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -43,6 +43,12 @@ main)
   wait
   python3 -m rooflinesim.harness run --suite holdout --out "$out/holdout.jsonl" \
     --time-budget 60 >>"$out/log-collectives.txt" 2>&1
+  ;;
+random)
+  on_gpu 0 420 calib-random.jsonl random &
+  (CUDA_VISIBLE_DEVICES=1 python3 -m rooflinesim.harness run --suite quick --mode eager \
+     --out "$out/eager-quick.jsonl" --time-budget 300 >>"$out/log-gpu1.txt" 2>&1) &
+  wait
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

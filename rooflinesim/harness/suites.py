@@ -223,11 +223,11 @@ def attention_decode_cases():
     return cases
 
 
-def attention_random_cases(count=60, seed=20240602):
+def attention_random_cases(count=60, seed=20240602, head_dims=(64, 96, 128, 128, 256)):
     rng = random.Random(seed)
     cases = []
     while len(cases) < count:
-        d = rng.choice((64, 96, 128, 128, 256))
+        d = rng.choice(head_dims)
         h = rng.choice((4, 8, 12, 16, 24, 32, 40, 64))
         kv = rng.choice([x for x in (1, 2, 4, 8, h) if h % x == 0])
         b = rng.choice((1, 1, 2, 3, 4, 8, 16))
@@ -386,6 +386,28 @@ def holdout_suite(seed=31337):
     return cases
 
 
+def random_suite(seed=4242):
+    """More random shapes of every single-GPU op, for calibration (its seed is not the
+    holdout's): spreads the fit over odd sizes, head dims and routing it would not see
+    in the structured suites."""
+    rng = random.Random(seed)
+    cases = gemm_random_cases(count=300, seed=seed + 1)
+    cases += attention_random_cases(count=240, seed=seed + 2, head_dims=(64, 96, 128, 128, 192, 256))
+    while sum(c["op"] == "moe" for c in cases) < 40:
+        hd = rng.choice((1024, 1536, 2048, 3072, 4096, 5120, 7168))
+        f = rng.choice((256, 384, 512, 768, 1024, 1408, 1536, 2048, 4096, 14336))
+        e = rng.choice((8, 16, 32, 60, 64, 128, 256))
+        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        t = _log_uniform(rng, 1, 16384)
+        if 2 * e * 3 * f * hd <= 24 * GIB:
+            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    cases += [copy(_log_uniform(rng, KIB, 4 * GIB)) for _ in range(40)]
+    cases += [rmsnorm(_log_uniform(rng, 1, 65536), rng.choice(
+        (768, 1024, 1536, 2048, 2560, 2880, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384)))
+        for _ in range(80)]
+    return [c for c in cases if c["op"] != "rmsnorm" or c["tokens"] * c["hidden"] * 2 <= RMSNORM_MAX_BYTES]
+
+
 def cpu_tiny_suite():
     """numpy cases for a CPU and for CI: finishes in seconds on two cores."""
     cases = [{"op": "gemm", "dtype": "fp32", "m": m, "n": n, "k": k, "batch": 1, "backend": "numpy"}
@@ -410,6 +432,7 @@ _SUITES = {
     "collectives": collectives_suite,
     "decoder": decoder_suite,
     "holdout": holdout_suite,
+    "random": random_suite,
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
