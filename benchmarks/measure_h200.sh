@@ -15,8 +15,14 @@ export PYTHONUNBUFFERED=1
 # never use NVLink multicast (NVLS) on shared machines
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-# start each output file from what the repository already holds
+# start each output file from what the repository already holds (a phase's own files
+# are copied back from $out afterwards; at most eight files come back from a run)
 for f in "$data"/*.jsonl; do [ -e "$f" ] && cp "$f" "$out/" && chmod u+w "$out/$(basename "$f")"; done
+keep_only() {  # leave only the named files (and logs) in $out
+  for f in "$out"/*.jsonl; do
+    case " $* " in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
+  done
+}
 
 on_gpu() {  # on_gpu GPU BUDGET_S FILE SUITE...
   local gpu=$1 budget=$2 file=$3; shift 3
@@ -51,6 +57,11 @@ random)
   wait
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
+case $phase in
+  smoke) keep_only quick.jsonl calib-memory-moe.jsonl collectives.jsonl ;;
+  main) keep_only calib-gemm.jsonl holdout.jsonl calib-attention.jsonl decoder-layers.jsonl ;;
+  random) keep_only calib-random.jsonl eager-quick.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl
