@@ -128,34 +128,44 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     p = profile.params("attention", op.backend or "", op.variant)
-    scale, losses, extra = 1.0, {}, 0.0
+    scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
+    sms = spec.chip.sm_count
     rows = op.batch * op.heads * op.seq_q
     keys_per_query = op.pairs() / rows
-    if p.seq_overhead:
-        fill = (keys_per_query + p.seq_overhead) / keys_per_query
+    fill_keys = p.seq_overhead
+    if p.causal_overhead:
+        # diagonal blocks of causal attention are computed whole, then masked
+        fill_keys = fill_keys + p.causal_overhead * np.asarray(op.causal, dtype=float)
+    if np.any(fill_keys):
+        fill = (keys_per_query + fill_keys) / keys_per_query
         scale = scale * fill
         losses["kv_fill"] = fill
     # the query heads that share a KV head are packed into one block's rows (GQA), so
     # a decode step fills group * seq_q rows of a tile_m-row block
-    group_rows = np.asarray(op.heads / op.kvh) * np.asarray(op.seq_q)
-    blocks = op.batch * op.kvh * np.ceil(group_rows / BLOCK_Q)
+    # (FlashAttention's decode path does this for single-token queries only)
+    one = np.asarray(op.seq_q) == 1
+    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * np.asarray(op.seq_q)
+    blocks = op.batch * np.where(one, op.kvh, op.heads) * np.ceil(group_rows / BLOCK_Q)
+    # short queries split the keys over more blocks when the GPU would be under-filled
+    # (flash-decoding): the splits then share out the walk over the keys
+    short = np.asarray(op.seq_q) <= p.split_kv_max_query
+    splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
     if p.tile_m > 1:
         pad = padded(group_rows, p.tile_m) / group_rows
         scale = scale * pad
         losses["query_padding"] = pad
     if p.wave_quantization:
-        eff = _wave_efficiency(blocks, spec.chip.sm_count)
+        eff = _wave_efficiency(blocks * splits, sms)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
     if p.row_element_s:
-        # each block walks its keys in series, unless short queries split the keys
-        # over enough blocks to fill the GPU
-        splits = np.where(np.asarray(op.seq_q) <= p.split_kv_max_query,
-                          np.clip(spec.chip.sm_count / blocks, 1.0, 128.0), 1.0)
         extra = keys_per_query * np.asarray(op.head_dim) * p.row_element_s / splits
         losses["kv_serial_s"] = extra
-    return kernel_time(op.work(), spec, p, compute_scale=scale,
-                       overlap_aux=(op.variant == "fa3"), losses=losses, extra_s=extra)
+    if p.unsplit_memory_efficiency < 1:
+        memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
+    return kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
+                       overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
+                       losses=losses, extra_s=extra)
 
 
 def memory_rule(op, spec, profile) -> Timing:

@@ -122,7 +122,8 @@ def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap
         t_tensor = t_tensor + flops / (spec.peak(rate) * p.compute_efficiency)
     t_aux = (work.vector_flops / (spec.peak("fp32") * p.vector_efficiency)
              + work.sfu_ops / sfu_rate(spec))
-    compute = (np.maximum(t_tensor, t_aux) if overlap_aux else t_tensor + t_aux) * compute_scale
+    overlap = float(overlap_aux)  # 1: the vector/special-function work hides under the matrix work
+    compute = (np.maximum(t_tensor, t_aux) + (1 - overlap) * np.minimum(t_tensor, t_aux)) * compute_scale
     bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
     hbm = work.hbm_bytes / bw * memory_scale
     if p.large_bytes and p.large_memory_efficiency < 1:

@@ -45,6 +45,9 @@ PARAMS = {
     "memory_latency_s": (1e-6, 0.0, 2e-5, 1e-7),
     "memory_latency_bytes": (1e6, 1e3, 1e9, 1e5),
     "seq_overhead": (128.0, 1.0, 16384.0, 64.0),
+    "unsplit_memory_efficiency": (0.8, 0.1, 1.0, 0.1),
+    "softmax_overlap": (0.5, 0.0, 1.0, 0.1),
+    "causal_overhead": (64.0, 0.0, 4096.0, 32.0),
     "latency_s": (10e-6, 0.0, 1e-3, 1e-6),
     "step_latency_s": (0.0, 0.0, 1e-4, 1e-6),
     "link_efficiency": (0.8, 0.02, 1.0, 0.1),
@@ -108,7 +111,8 @@ def _groups(meas: Measurements) -> list[Group]:
         out.append(Group(f"attention/{be}", "attention", be,
                          lambda r, be=be: r["op"] == "attention" and (r.get("backend") or "fa3") == be,
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
-                          "seq_overhead", "row_element_s"),
+                          "seq_overhead", "row_element_s", "unsplit_memory_efficiency",
+                          "causal_overhead", "softmax_overlap", "vector_efficiency"),
                          fixed={"tile_m": 64, "wave_quantization": True,
                                 "split_kv_max_query": SPLIT_KV_MAX_QUERY.get(be, 1)}))
     if any(r["op"] == "moe" for r in recs):

@@ -56,6 +56,14 @@ class KernelParams(BaseModel):
     row_element_s: float = Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
         "that one thread block walks in series"))
+    softmax_overlap: float | None = Field(None, ge=0, le=1.0, description=(
+        "attention: share of the softmax work (exp and vector math) hidden under the matrix "
+        "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"))
+    unsplit_memory_efficiency: float = Field(1.0, gt=0, le=1.0, description=(
+        "attention: bandwidth factor of short-query kernels that do not split the keys "
+        "(the GPU is already full of blocks)"))
+    causal_overhead: float = Field(0.0, ge=0, description=(
+        "attention: keys per query computed and masked on the diagonal blocks of causal attention"))
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))

@@ -1,0 +1,127 @@
+"""`rooflinesim predict model ...`: a whole model served on GPUs, from its kernels."""
+
+from __future__ import annotations
+
+import click
+
+from .common import (emit_json, gpu_options, json_option, load_gpu, load_profile,
+                     profile_label, profile_option, table)
+
+POS = click.IntRange(min=1)
+
+
+@click.command("model")
+@click.option("--model", "model_name", required=True,
+              help="A bundled preset (e.g. llama-3-70b), a Hugging Face id, or a config.json path.")
+@click.option("--batch", default="1", show_default=True,
+              help="Concurrent sequences per replica, or 'max': the largest batch whose KV cache "
+                   "for prompt + gen tokens fits beside the weights.")
+@click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens per sequence.")
+@click.option("--gen", type=POS, default=256, show_default=True, help="Generated tokens per sequence.")
+@click.option("--chunk", type=POS, default=None,
+              help="Chunked prefill: prompt tokens per sequence per step (default: the whole prompt).")
+@click.option("--tp", type=POS, default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--pp", type=POS, default=1, show_default=True, help="Pipeline stages.")
+@click.option("--ep", type=POS, default=1, show_default=True, help="Expert-parallel GPUs (MoE).")
+@click.option("--dp", type=POS, default=1, show_default=True, help="Data-parallel replicas.")
+@click.option("--sequence-parallel", is_flag=True,
+              help="ReduceScatter + AllGather instead of AllReduce; norms on tokens / tp.")
+@click.option("--microbatches", type=POS, default=None,
+              help="Pipeline microbatches (default: pp, at most the batch).")
+@click.option("--weights", default="bf16", show_default=True,
+              help="bf16, fp16, fp8 (fp8 GEMMs: weights and activations), int8 (w8a8), int4 (w4a16).")
+@click.option("--activations", default=None, help="bf16 or fp16 (default: fp16 with fp16 weights, else bf16).")
+@click.option("--kv-dtype", default=None, help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
+@click.option("--group-size", type=POS, default=128, show_default=True, help="int4 weights per scale.")
+@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default="fa3", show_default=True,
+              help="Attention kernel class.")
+@click.option("--eager", is_flag=True, help="No CUDA graph: add a host launch overhead per kernel.")
+@click.option("--launch-overhead", default="4us", show_default=True,
+              help="Host time per kernel launch with --eager.")
+@click.option("--decode-points", type=POS, default=4, show_default=True,
+              help="Decode contexts averaged into the time per output token.")
+@click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.9,
+              show_default=True, help="Share of GPU memory for weights and KV cache (--batch max).")
+@gpu_options
+@profile_option
+@json_option
+def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parallel, microbatches,
+          weights, activations, kv_dtype, group_size, attention, eager, launch_overhead,
+          decode_points, memory_fraction, gpu, spec_files, profile, as_json):
+    """A model served on GPUs: time to first token, time per output token, throughput, and
+    the kernels of prefill and decode with their times."""
+    from ..errors import UserError
+    from ..models.config import load_config
+    from ..models.deploy import Deployment, max_batch
+    from ..models.workload import predict_model
+    from ..units import parse_quantity
+
+    cfg = load_config(model_name)
+    spec = load_gpu(gpu, spec_files)
+    prof = load_profile(spec, profile)
+    d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, sequence_parallel=sequence_parallel,
+                   weights=weights.lower(), activations=activations and activations.lower(),
+                   kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
+                   attention=attention, microbatches=microbatches, eager=eager,
+                   launch_overhead_s=parse_quantity(launch_overhead.replace(" ", ""), "seconds"))
+    how = "given"
+    if batch.strip().lower() == "max":
+        batch = max_batch(cfg, d, spec, prompt + gen, memory_fraction)
+        how = f"max: KV cache for {prompt + gen} tokens fits in {memory_fraction:.0%} of memory"
+    else:
+        try:
+            batch = int(batch)
+        except ValueError:
+            raise UserError(f"--batch must be a whole number or 'max' (got {batch!r})") from None
+        if batch < 1:
+            raise UserError(f"--batch must be at least 1 (got {batch})")
+    r = predict_model(cfg, spec, prof, d, batch=batch, prompt=prompt, gen=gen, chunk=chunk,
+                      decode_points=decode_points)
+    for note in r.warnings:
+        click.echo(f"warning: {note}", err=True)
+    if as_json:
+        emit_json({**r.as_dict(), "batch_from": how, "profile": profile_label(prof)})
+        return
+    _print(r, prof, how)
+
+
+def _print(r, prof, how) -> None:
+    from ..units import format_bytes, format_rate, format_seconds
+
+    d = r.deployment
+    rates, mem = r.rates(), r.memory()
+    click.echo(f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe()}) "
+               f"[profile: {profile_label(prof)}]")
+    view = (f"eager, {format_seconds(d.launch_overhead_s)} host time per launch" if d.eager
+            else "CUDA graph (kernel sum)")
+    chunk = f", prefill in chunks of {r.chunk}" if r.chunk else ""
+    click.echo(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; {view}")
+    ctx = r.decode.phase.seq_kv
+    rows = [
+        ("time to first token", format_seconds(r.ttft_s)),
+        ("time per output token", f"{format_seconds(r.tpot_s)}  (mean step at contexts "
+                                  f"{', '.join(str(int(c)) for c in ctx)})"),
+        ("end-to-end latency", format_seconds(r.e2e_s)),
+    ]
+    for key, label in (("decode", "decode tokens/s"), ("overall", "output tokens/s, end to end"),
+                       ("prefill", "prefill tokens/s")):
+        rows.append((label, f"{rates[key]['total']:,.0f} total, {rates[key]['per_gpu']:,.0f} per GPU"))
+    rows.append(("weights / KV cache per GPU",
+                 f"{format_bytes(mem['weights_bytes_per_gpu'], binary=False)} / "
+                 f"{format_bytes(mem['kv_cache_bytes_per_gpu'], binary=False)} of "
+                 f"{format_bytes(mem['capacity_bytes'], binary=False)}"))
+    click.echo(table(rows, align=["<", "<"]))
+    titles = {"prefill": "prefill (whole prompt{}; per GPU, one microbatch through every stage)",
+              "decode": "decode (one step, mean over the contexts; per GPU, one microbatch through every stage)"}
+    for name, phase in (("prefill", r.prefill), ("decode", r.decode)):
+        click.echo("")
+        click.echo(titles[name].format(", all chunks" if r.chunk else ""))
+        click.echo(table([(o["op"], f"{o['count']:g}", format_rate(o["flops"], "FLOP").replace("/s", ""),
+                           format_bytes(o["hbm_bytes"], binary=False), format_seconds(o["time_s"]),
+                           o["bound"], f"{100 * o['share']:.1f}%") for o in phase.table()],
+                         headers=("op", "count", "FLOPs", "HBM bytes", "time", "bound", "share")))
+
+
+def register(predict_group) -> None:
+    """Attach ``model`` to the ``predict`` group."""
+    predict_group.add_command(model)

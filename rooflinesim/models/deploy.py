@@ -1,0 +1,233 @@
+"""A deployment of a model on GPUs: parallelism (TP, PP, EP, DP), number formats and
+engine settings, checked against a model's shapes, and the per-GPU sizes it implies.
+
+Conventions (each is what vLLM / TensorRT-LLM do, simplified):
+  tp  Megatron-style tensor parallelism: QKV and gate-up are split by columns, O and down
+      by rows; query heads split over tp GPUs, KV heads too, or replicated (one per GPU)
+      when there are fewer KV heads than GPUs (tp must then be a multiple of them); the
+      LM head's vocabulary is split (padded up to a multiple of tp).
+  pp  layers split over pp stages in contiguous runs; an uneven split is allowed (the
+      first layers % pp stages hold one layer more); the embedding runs on the first
+      stage, the final norm and LM head on the last.
+  ep  MoE experts sharded over ep GPUs. ep <= tp: within the TP group, each expert's
+      width split over tp / ep GPUs; every rank already holds every token, so there is
+      no all-to-all (the layer's AllReduce combines the experts' rows). ep > tp: over
+      ep / tp TP groups (data-parallel attention replicas), needs ep <= tp * dp; the MoE
+      op then sees the tokens of all the replicas in its EP group, with all-to-all
+      dispatch and combine. Without ep, experts are split like a dense MLP (width / tp).
+  dp  independent replicas: throughput multiplies, nothing else changes.
+Weights: bf16 and fp16 run GEMMs in that dtype; fp8 is the fp8 GEMM format (w8a8: the
+activations are quantized to fp8 too, as TensorRT-LLM's and vLLM's FP8 checkpoints run);
+int8 is w8a8 (SmoothQuant style); int4 is w4a16 (GPTQ/AWQ style, one scale per
+``group_size`` weights). The embedding, LM head and MoE router stay in the activation
+dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..dtypes import bytes_per_element, dtype as _dtype
+from ..errors import UserError
+
+WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "int8", "int4")
+ACTIVATION_DTYPES = ("bf16", "fp16")
+KV_DTYPES = ("bf16", "fp16", "fp8")
+# attention choice -> Attention op keywords: the measured backend of each class, so that
+# a calibrated profile's parameters apply (cuDNN's fused kernel is FlashAttention-3-class)
+ATTENTION = {"fa3": {"backend": "sdpa-cudnn"}, "fa2": {"backend": "sdpa-flash"},
+             "naive": {"variant": "naive"}}
+# Host time per kernel launched from Python (REFERENCE.md: about 4 µs, H100 NVL)
+EAGER_LAUNCH_S = 4e-6
+
+
+def _dtype_name(what: str, value: str, allowed) -> str:
+    name = _dtype(value).name  # unknown names: one sentence with a suggestion
+    if name not in allowed:
+        raise UserError(f"{what} must be one of {', '.join(allowed)} (got {value!r})")
+    return name
+
+
+def _whole(what: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{what} must be a whole number of at least {minimum} (got {value!r})")
+    return value
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How one model is served. Dtype fields hold canonical names after construction."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    sequence_parallel: bool = False  # ReduceScatter + AllGather instead of AllReduce
+    weights: str = "bf16"
+    activations: str | None = None  # default: fp16 with fp16 weights, else bf16
+    kv_cache: str | None = None  # default: the activation dtype
+    group_size: int = 128  # int4 only: weights per scale
+    attention: str = "fa3"
+    microbatches: int | None = None  # pipeline microbatches; default pp (capped at the batch)
+    eager: bool = False  # add host launch overhead per kernel (no CUDA graph)
+    launch_overhead_s: float = EAGER_LAUNCH_S
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "ep", "dp", "group_size"):
+            _whole(f"--{f.replace('_', '-')}", getattr(self, f))
+        if self.microbatches is not None:
+            _whole("--microbatches", self.microbatches)
+        w = _dtype_name("--weights", self.weights, WEIGHT_FORMATS)
+        a = _dtype_name("--activations", self.activations or ("fp16" if w == "fp16" else "bf16"),
+                        ACTIVATION_DTYPES)
+        kv = _dtype_name("--kv-dtype", self.kv_cache or a, KV_DTYPES)
+        if w in ACTIVATION_DTYPES and w != a:
+            raise UserError(f"{w} weights run their GEMMs in {w}; use --activations {w}")
+        if self.attention not in ATTENTION:
+            raise UserError(f"--attention must be one of {', '.join(ATTENTION)} (got {self.attention!r})")
+        if not (isinstance(self.launch_overhead_s, (int, float)) and self.launch_overhead_s >= 0):
+            raise UserError(f"the launch overhead must be a non-negative time (got {self.launch_overhead_s!r})")
+        object.__setattr__(self, "weights", w)
+        object.__setattr__(self, "activations", a)
+        object.__setattr__(self, "kv_cache", kv)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def describe(self) -> str:
+        par = [f"tp {self.tp}"] + [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep),
+                                                            ("dp", self.dp)) if v > 1]
+        if self.sequence_parallel:
+            par.append("sequence parallel")
+        w = self.weights + (f" (w4a16, group {self.group_size})" if self.weights == "int4" else "")
+        return (f"{', '.join(par)}; {w} weights, {self.activations} activations, "
+                f"{self.kv_cache} KV cache, {self.attention} attention")
+
+    def as_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp,
+                "sequence_parallel": self.sequence_parallel, "weights": self.weights,
+                "activations": self.activations, "kv_cache": self.kv_cache,
+                "group_size": self.group_size, "attention": self.attention,
+                "microbatches": self.microbatches, "eager": self.eager,
+                "launch_overhead_s": self.launch_overhead_s if self.eager else 0.0,
+                "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Per-GPU sizes of one model under one deployment."""
+
+    heads: int  # query heads per GPU
+    kv_heads: int  # KV heads per GPU (GQA; MLA caches one latent, replicated)
+    ffn: int  # dense MLP width per GPU
+    expert_ffn: int  # routed expert width per GPU
+    moe_token_factor: int  # tokens the MoE op sees per token of this replica (ep > tp)
+    shared_ffn: int  # shared-expert MLP width per GPU
+    vocab: int  # LM-head columns per GPU
+    stage_layers: tuple  # layers in each pipeline stage
+    stage_dense: tuple
+    stage_moe: tuple
+
+
+def shard(model, d: Deployment) -> Sharding:
+    """Check that ``d`` can split ``model`` and return the per-GPU sizes (UserError if not)."""
+    tp, name = d.tp, model.name
+    if model.num_heads % tp:
+        raise UserError(f"--tp {tp} does not divide the {model.num_heads} attention heads of {name}")
+    kv = model.num_kv_heads
+    if not model.is_mla and kv % tp and tp % kv:
+        raise UserError(f"--tp {tp} must divide the {kv} KV heads of {name} or be a multiple of "
+                        f"them (to replicate each KV head)")
+    ffn = 0
+    if model.dense_layers:
+        if model.intermediate_size % tp:
+            raise UserError(f"--tp {tp} does not divide the MLP width {model.intermediate_size} of {name}")
+        ffn = model.intermediate_size // tp
+    expert_ffn, factor, shared = 0, 1, 0
+    if model.is_moe:
+        expert_ffn, factor = _expert_split(model, d)
+        shared = math.ceil(model.shared_expert_intermediate_size / tp)
+    elif d.ep > 1:
+        raise UserError(f"--ep applies to mixture-of-experts models, and {name} has no experts")
+    if d.pp > model.num_layers:
+        raise UserError(f"--pp {d.pp} exceeds the {model.num_layers} layers of {name}")
+    base, extra = divmod(model.num_layers, d.pp)
+    sizes = [base + (s < extra) for s in range(d.pp)]
+    starts = [sum(sizes[:s]) for s in range(d.pp)]
+    kinds = [model.layer_kinds[a:a + n] for a, n in zip(starts, sizes)]
+    return Sharding(
+        heads=model.num_heads // tp,
+        kv_heads=max(kv // tp, 1),
+        ffn=ffn, expert_ffn=expert_ffn, moe_token_factor=factor, shared_ffn=shared,
+        vocab=math.ceil(model.vocab_size / tp),
+        stage_layers=tuple(sizes),
+        stage_dense=tuple(k.count("dense") for k in kinds),
+        stage_moe=tuple(k.count("moe") for k in kinds),
+    )
+
+
+def _expert_split(model, d: Deployment) -> tuple[int, int]:
+    """(routed expert width per GPU, MoE tokens per replica token)."""
+    e, tp, ep = model.num_experts, d.tp, d.ep
+    if e % ep:
+        raise UserError(f"--ep {ep} does not divide the {e} experts of {model.name}")
+    if ep <= tp:
+        if tp % ep:
+            raise UserError(f"--ep {ep} must divide --tp {tp} (or be a multiple of it, up to tp x dp)")
+        split = tp // ep
+        if model.moe_intermediate_size % split:
+            raise UserError(f"tp / ep = {split} does not divide the expert width "
+                            f"{model.moe_intermediate_size} of {model.name}")
+        return model.moe_intermediate_size // split, 1
+    if ep % tp or ep > tp * d.dp:
+        raise UserError(f"--ep {ep} above --tp {tp} must be a multiple of it and at most tp x dp "
+                        f"({tp * d.dp}): the experts spread over data-parallel replicas")
+    return model.moe_intermediate_size, ep // tp
+
+
+# ----------------------------------------------------------------- memory, simply
+
+
+def weight_bytes_per_gpu(model, d: Deployment) -> float:
+    """Weights on one GPU: every parameter in its storage dtype, spread evenly over the
+    tp * pp GPUs of a replica (replicated norms and KV projections are ignored). int4
+    adds one bf16 scale per group."""
+    c = model.param_counts()
+    act = bytes_per_element(d.activations)
+    unquantized = c["embedding"] + c["lm_head"] + c["norms"] + c["router"]
+    w = bytes_per_element(d.weights)
+    if d.weights == "int4":
+        w += bytes_per_element("bf16") / d.group_size
+    total = (model.total_params() - unquantized) * w + unquantized * act
+    return total / d.gpus_per_replica
+
+
+def kv_bytes_per_token_per_gpu(model, d: Deployment) -> float:
+    """KV-cache bytes one token of one sequence adds on a GPU of the largest stage."""
+    layers = max(shard(model, d).stage_layers)
+    b = bytes_per_element(d.kv_cache)
+    if model.is_mla:  # the latent and RoPE key, replicated on every TP rank
+        return layers * (model.kv_lora_rank + model.qk_rope_head_dim) * b
+    kv_local = max(model.num_kv_heads // d.tp, 1)
+    return layers * kv_local * (model.head_dim + model.v_head_dim) * b
+
+
+def max_batch(model, d: Deployment, spec, context: int, memory_fraction: float = 0.9) -> int:
+    """The largest batch whose KV cache for ``context`` tokens per sequence fits beside the
+    weights in ``memory_fraction`` of a GPU's memory (activations and fragmentation left
+    out; vLLM's default gpu_memory_utilization is 0.9)."""
+    if not 0 < memory_fraction <= 1:
+        raise UserError(f"the memory fraction must be in (0, 1] (got {memory_fraction})")
+    free = spec.memory.capacity_bytes * memory_fraction - weight_bytes_per_gpu(model, d)
+    per_seq = context * kv_bytes_per_token_per_gpu(model, d)
+    batch = int(free // per_seq) if free > 0 else 0
+    if batch < 1:
+        raise UserError(f"{model.name} does not fit on {spec.name} with {d.describe()} at a "
+                        f"context of {context} tokens")
+    return batch

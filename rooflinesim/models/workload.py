@@ -1,0 +1,596 @@
+"""A model's forward pass as the kernels an inference engine runs, priced with the cost
+models and a calibration profile: time to first token, time per output token, throughput
+and the per-kernel breakdown.
+
+Kernels of one decoder layer, per GPU (fused where vLLM and TensorRT-LLM fuse):
+  input_norm      the residual add fused into RMSNorm: it reads x and the residual and
+                  writes both, priced as an RMSNorm over twice the rows (the same bytes);
+  qkv_proj        one column-parallel GEMM for q, k and v;
+  rope_kv_cache   RoPE and the write of the new K and V into the cache, one kernel,
+                  priced as a copy of q, k and v;
+  attention       the fused kernel (FA3-class by default) over the cache, causal
+                  bottom-right: a chunk of new tokens attends to every earlier token;
+  o_proj          row-parallel GEMM, then an AllReduce of [tokens, hidden] under TP
+                  (ReduceScatter, and an AllGather before the next GEMM, with sequence
+                  parallelism, which also shards the norms' rows);
+  post_attention_norm, gate_up_proj, act (SiLU(gate) x up as one kernel), down_proj and
+  the second AllReduce.
+Activation quantization for fp8/int8 GEMMs is taken as fused into the kernel before.
+MLA layers (DeepSeek): qkv_a_proj (q_a and kv_a fused, replicated on every TP rank), the
+latent norms and q_b_proj. Prefill expands the latent (kv_b_proj over every cached token)
+and runs MHA with head dim (qk + v) / 2, which makes its FLOPs and K+V bytes exact.
+Decode absorbs kv_b into the query and the output (two batched GEMMs) and runs MQA over
+the cached latent, priced as 2 x heads heads of dim (kv_lora_rank + rope) / 2 over one KV
+head: the query and latent bytes are exact, the FLOPs 6% high (the value product is
+counted at the latent + rope width instead of the latent width).
+MoE layers: the MoE op's kernels (router, fused routing as 3 kernels, dispatch, grouped
+expert GEMMs, combine; all-to-alls only when ep > tp, since within a TP group every rank
+already holds every token) and the shared experts as a dense MLP.
+Around the layers: the embedding gather (plus an AllReduce under TP: vocab-parallel
+embedding), the final norm, the LM head on the last token of each sequence only (engines
+compute logits only where they sample) and the AllGather of the logits under TP. A
+sliding window caps the keys at window + new tokens (a prefill longer than the window is
+priced as full causal attention). Sampling and the scheduler are not kernels here.
+
+Each op is built once with arrays over the points of a phase (prefill chunks, decode
+contexts, or a sweep), and kernels of one class whose settings agree are stacked into one
+op: a whole prediction is about ten ``predict`` calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from ..calibration.profile import IDEAL
+from ..dtypes import bytes_per_element
+from ..errors import UserError
+from ..ops.attention import Attention
+from ..ops.collectives import Collective
+from ..ops.gemm import Gemm
+from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
+from ..ops.moe import MoE
+from ..timing import Timing, predict
+from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
+
+__all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
+           "predict_model", "sweep"]
+
+
+# ------------------------------------------------------------------------ kernels
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a forward pass: an op class and its arguments (numbers, or arrays
+    over the points of a phase), how often it runs, and where."""
+
+    name: str
+    cls: type
+    args: dict
+    count: int = 1  # runs per layer ("layer", "dense", "moe") or per forward (others)
+    where: str = "layer"  # layer (every layer), dense, moe, first (stage), last, send
+    mask: Any = 1  # per point: 0 where the step skips the kernel (logits of early chunks)
+
+    @classmethod
+    def of(cls, name: str, op, **kw) -> "Kernel":
+        return cls(name, type(op), {f.name: getattr(op, f.name) for f in fields(op)}, **kw)
+
+    @property
+    def op(self):
+        """The op itself (built, and validated, on demand)."""
+        return self.cls(**self.args)
+
+    @property
+    def launches(self):
+        """Kernels launched from the host per run."""
+        if self.cls is Bookkeeping:
+            return self.args["kernels"]
+        if self.cls is Attention and self.args.get("variant") == "naive":
+            return 3
+        return 1
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The steps of one phase at ``n`` points: per point, ``batch`` sequences in a
+    microbatch, ``seq_q`` new tokens each, attending to ``seq_kv`` tokens."""
+
+    name: str  # prefill or decode
+    batch: Any
+    seq_q: Any
+    seq_kv: Any
+    sequences: Any  # sequences per step (all microbatches)
+    microbatches: Any = 1
+    logits: Any = 1  # 1 where the step samples a token
+    combine: str = "mean"  # how points make the phase's time: "sum" (chunks) or "mean"
+    n: int = 1
+
+
+class _Shapes:
+    """Numbers every builder uses."""
+
+    def __init__(self, model, d: Deployment, ph: Phase, sh):
+        self.model, self.d, self.ph, self.sh = model, d, ph, sh
+        self.h = model.hidden_size
+        self.b, self.sq, self.skv = ph.batch, ph.seq_q, ph.seq_kv
+        self.T = ph.batch * ph.seq_q  # tokens in the step, per microbatch
+        self.act, self.ab = d.activations, bytes_per_element(d.activations)
+        self.sp = d.sequence_parallel and d.tp > 1
+        self.norm_rows = np.ceil(self.T / d.tp) if self.sp else self.T
+
+    def gemm(self, name, m, n, k, dtype=None, batch=1, **kw) -> Kernel:
+        return Kernel(name, Gemm, dict(m=m, n=n, k=k, batch=batch, dtype=dtype or self.d.weights,
+                                       group_size=self.d.group_size), **kw)
+
+    def norm(self, name, width, rows=None, **kw) -> Kernel:
+        rows = self.norm_rows if rows is None else rows
+        return Kernel(name, Norm, dict(tokens=rows, hidden=width, dtype=self.act, kind="rmsnorm"), **kw)
+
+    def add_norm(self, name, **kw) -> Kernel:
+        """Residual add fused into RMSNorm: x and the residual read, both written; priced
+        as an RMSNorm over twice the rows (the same bytes, one row walk per row)."""
+        return self.norm(name, self.h, rows=2 * self.norm_rows, **kw)
+
+    def collective(self, name, kind, nbytes, world, **kw) -> Kernel:
+        return Kernel(name, Collective, dict(kind=kind, bytes=nbytes, world_size=world,
+                                             algorithm="ring", dtype=self.act), **kw)
+
+    def reduce(self, name, where) -> list[Kernel]:
+        """After a row-parallel GEMM: AllReduce (or ReduceScatter) of [tokens, hidden]."""
+        if self.d.tp == 1:
+            return []
+        kind = "reducescatter" if self.sp else "allreduce"
+        return [self.collective(f"{name}_{kind}", kind, self.T * self.h * self.ab, self.d.tp, where=where)]
+
+    def gather(self, name, where) -> list[Kernel]:
+        """Before a column-parallel GEMM under sequence parallelism: AllGather the tokens."""
+        if not self.sp:
+            return []
+        return [self.collective(f"{name}_allgather", "allgather", self.T * self.h * self.ab,
+                                self.d.tp, where=where)]
+
+
+def phase_kernels(model, d: Deployment, ph: Phase, sh=None) -> list[Kernel]:
+    """Every kernel of one forward step of ``ph`` on one GPU of each stage (``sh``: the
+    deployment's sharding of the model, computed when not given)."""
+    s = _Shapes(model, d, ph, sh or shard(model, d))
+    ks = _ends(s)
+    ks += _mla(s) if model.is_mla else _gqa(s)
+    if model.dense_layers:
+        ks += [s.add_norm("post_attention_norm", where="dense"), *s.gather("mlp", "dense"),
+               *_mlp(s, "", s.sh.ffn, "dense"), *s.reduce("mlp", "dense")]
+    if model.moe_layers:
+        ks += [s.add_norm("post_attention_norm", where="moe"), *s.gather("moe", "moe"),
+               *_moe(s)]
+        if s.sh.shared_ffn:
+            ks += _mlp(s, "shared_", s.sh.shared_ffn, "moe")
+        ks += s.reduce("moe", "moe")
+    return ks
+
+
+def _attention(s: _Shapes, **args) -> Kernel:
+    window = s.model.sliding_window
+    skv = np.minimum(s.skv, s.sq + window) if window else s.skv
+    return Kernel("attention", Attention, dict(batch=s.b, seq_q=s.sq, seq_kv=skv, causal=True,
+                                               dtype=s.act, **args, **ATTENTION[s.d.attention]))
+
+
+def _gqa(s: _Shapes) -> list[Kernel]:
+    m, H, KV, hd = s.model, s.sh.heads, s.sh.kv_heads, s.model.head_dim
+    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer"),
+          s.gemm("qkv_proj", s.T, (H + 2 * KV) * hd, s.h)]
+    if m.qk_norm:  # per-head RMSNorm of q and k
+        ks.append(s.norm("qk_norm", hd, rows=s.T * (H + KV)))
+    ks += [Kernel("rope_kv_cache", Copy, dict(bytes=s.T * (H + 2 * KV) * hd * s.ab)),
+           _attention(s, heads=H, kv_heads=KV, head_dim=hd, kv_dtype=s.d.kv_cache),
+           s.gemm("o_proj", s.T, s.h, H * m.v_head_dim), *s.reduce("attn", "layer")]
+    return ks
+
+
+def _mla(s: _Shapes) -> list[Kernel]:
+    m, H, T = s.model, s.sh.heads, s.T
+    nope, rope, vd, latent = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer")]
+    if m.q_lora_rank:
+        ql = m.q_lora_rank
+        ks += [s.gemm("qkv_a_proj", T, ql + latent + rope, s.h), s.norm("q_a_norm", ql, rows=T),
+               s.norm("kv_a_norm", latent, rows=T), s.gemm("q_b_proj", T, H * m.head_dim, ql)]
+    else:
+        ks += [s.gemm("q_proj", T, H * m.head_dim, s.h), s.gemm("kv_a_proj", T, latent + rope, s.h),
+               s.norm("kv_a_norm", latent, rows=T)]
+    ks.append(Kernel("rope_kv_cache", Copy, dict(bytes=T * (H * rope + latent + rope) * s.ab)))
+    if s.ph.name == "prefill":  # expand every cached token's latent, then MHA
+        ks += [s.gemm("kv_b_proj", s.b * s.skv, H * (nope + vd), latent),
+               _attention(s, heads=H, kv_heads=H, head_dim=(m.head_dim + vd) / 2, kv_dtype=s.act)]
+    else:  # absorbed: MQA over the latent
+        ks += [s.gemm("q_absorb", T, latent, nope, dtype=s.act, batch=H),
+               _attention(s, heads=2 * H, kv_heads=1, head_dim=(latent + rope) / 2,
+                          kv_dtype=s.d.kv_cache),
+               s.gemm("v_absorb", T, vd, latent, dtype=s.act, batch=H)]
+    ks += [s.gemm("o_proj", T, s.h, H * vd), *s.reduce("attn", "layer")]
+    return ks
+
+
+def _mlp(s: _Shapes, prefix: str, width: int, where: str) -> list[Kernel]:
+    kind = "gelu_mul" if "gelu" in s.model.hidden_act else "silu_mul"
+    return [s.gemm(f"{prefix}gate_up_proj", s.T, 2 * width, s.h, where=where),
+            Kernel(f"{prefix}act", Elementwise, dict(elements=s.T * width, kind=kind, dtype=s.act),
+                   where=where),
+            s.gemm(f"{prefix}down_proj", s.T, s.h, width, where=where)]
+
+
+def _moe(s: _Shapes) -> list[Kernel]:
+    m = s.model
+    op = MoE(tokens=s.T * s.sh.moe_token_factor, hidden=s.h, ffn=s.sh.expert_ffn,
+             experts=m.num_experts, top_k=m.num_experts_per_tok, dtype=s.d.weights,
+             act_dtype=s.act, ep=s.d.ep, routing_kernels=3)
+    # ep <= tp: every rank of the TP group already holds every token, so the experts'
+    # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
+    skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()
+    return [Kernel.of(f"moe_{name}", k, where="moe") for name, k in op.kernels() if name not in skip]
+
+
+def _ends(s: _Shapes) -> list[Kernel]:
+    """Embedding (first stage), final norm and LM head (last stage), stage hand-offs."""
+    d, T, h = s.d, s.T, s.h
+    ks = [Kernel("embed", Gather, dict(rows_in=T, rows_out=T, width=h, dtype=s.act), where="first")]
+    if d.tp > 1:  # vocab-parallel embedding: each rank looks up its rows, then AllReduce
+        ks.append(s.collective("embed_allreduce", "allreduce", T * h * s.ab, d.tp, where="first"))
+    ks += [s.add_norm("final_norm", where="last"), *s.gather("final", "last"),
+           s.gemm("lm_head", s.b, s.sh.vocab, h, dtype=s.act, where="last", mask=s.ph.logits)]
+    if d.tp > 1:
+        ks.append(s.collective("logits_allgather", "allgather", s.b * s.sh.vocab * d.tp * s.ab,
+                               d.tp, where="last", mask=s.ph.logits))
+    if d.pp > 1:  # activations to the next stage: a send of S bytes priced as a 2-GPU
+        # AllGather of 2S (each GPU sends S over its link)
+        ks.append(s.collective("pp_send", "allgather", 2 * T * h * s.ab, 2, where="send"))
+    return ks
+
+
+# ------------------------------------------------------------------------ pricing
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float, np.ndarray, np.number)) and not isinstance(v, bool)
+
+
+def _stack(values, sizes) -> np.ndarray:
+    """Concatenate per-kernel values (numbers or arrays over n points) into one array."""
+    if max(sizes) <= 16:  # few points: Python lists are cheaper than numpy calls
+        flat: list = []
+        for v, n in zip(values, sizes):
+            if isinstance(v, np.ndarray) and v.ndim:
+                flat += v.tolist() if v.size == n else [v.item()] * n
+            else:
+                flat += [v] * n
+        return np.array(flat, dtype=float)
+    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v, n in zip(values, sizes)])
+
+
+@dataclass
+class _Priced:
+    """Per point results of the kernels of a list, as [kernel, point] arrays; ``groups``
+    holds the stacked ops' timings and ``where`` each kernel's (group, rows)."""
+
+    latency_s: np.ndarray
+    flops: np.ndarray
+    hbm_bytes: np.ndarray
+    bound: np.ndarray
+    groups: list
+    where: list
+
+
+def _price(batches, spec, profile) -> list[_Priced]:
+    """Time lists of kernels (each list over its own number of points) with one predict
+    call per group of kernels of one class whose non-numeric arguments agree: their
+    numeric arguments are stacked into arrays."""
+    flat = [(k, n) for ks, n in batches for k in ks]
+    start = np.cumsum([0] + [n for _, n in flat])
+    groups: dict = {}
+    for i, (k, _) in enumerate(flat):
+        key = (k.cls, *((f, v) for f, v in k.args.items() if f != "name" and not _numeric(v)))
+        groups.setdefault(key, []).append(i)
+    total = int(start[-1])
+    cols = [np.empty(total), np.empty(total), np.empty(total), np.empty(total, dtype=object)]
+    timings, where = [], [None] * len(flat)
+    for key, idx in groups.items():
+        cls, static = key[0], dict(key[1:])
+        sizes = [flat[i][1] for i in idx]
+        args = {f: _stack([flat[i][0].args[f] for i in idx], sizes)
+                for f, v in flat[idx[0]][0].args.items() if f != "name" and _numeric(v)}
+        t = predict(cls(**static, **args), spec, profile)
+        rows = np.concatenate([np.arange(start[i], start[i + 1]) for i in idx])
+        at = 0
+        for i, n in zip(idx, sizes):
+            where[i] = (len(timings), slice(at, at + n))
+            at += n
+        timings.append(t)
+        for c, x in zip(cols, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
+            c[rows] = x
+    out, pos = [], 0
+    for ks, n in batches:
+        a, b = start[pos], start[pos + len(ks)]
+        out.append(_Priced(*(c[a:b].reshape(len(ks), n) for c in cols), groups=timings,
+                           where=where[pos:pos + len(ks)]))
+        pos += len(ks)
+    return out
+
+
+def _slice_timing(t: Timing, rows: slice) -> Timing:
+    total = np.size(t.latency_s)  # the stacked op's points
+
+    def cut(x):
+        return x[rows] if np.ndim(x) and np.shape(x)[0] == total else x
+
+    return replace(t, latency_s=cut(t.latency_s), bound=cut(t.bound), flops=cut(t.flops),
+                   hbm_bytes=cut(t.hbm_bytes), intensity_flop_per_byte=cut(t.intensity_flop_per_byte),
+                   compute_s=cut(t.compute_s), hbm_s=cut(t.hbm_s), l2_s=cut(t.l2_s),
+                   link_s=cut(t.link_s), launch_s=cut(t.launch_s),
+                   losses={k: cut(v) for k, v in t.losses.items()}, parts=[])
+
+
+# ------------------------------------------------------------------------ results
+
+
+@dataclass
+class OpTime:
+    """One kernel of a phase: ``count`` runs per forward pass (one microbatch through
+    every stage), each taking ``latency_s`` (per point of the phase, host overhead
+    included); ``timing`` is the cost model's full answer, over the same points."""
+
+    name: str
+    count: float
+    kernel: Kernel = field(repr=False)
+    latency_s: np.ndarray = field(repr=False)
+    flops: np.ndarray = field(repr=False)
+    hbm_bytes: np.ndarray = field(repr=False)
+    bound: np.ndarray = field(repr=False)
+    _source: tuple = field(repr=False)  # (stacked timing, this kernel's rows)
+
+    @property
+    def op(self):
+        return self.kernel.op
+
+    @property
+    def timing(self) -> Timing:
+        return _slice_timing(*self._source)
+
+
+@dataclass
+class PhaseResult:
+    """A priced phase: per point, the time of one step of every sequence (``step_s``);
+    per kernel, its runs per forward and its times (``ops``)."""
+
+    phase: Phase
+    step_s: np.ndarray  # per point
+    stage_s: np.ndarray  # [stage, point]: one microbatch's pass through each stage
+    kernels: list[Kernel] = field(repr=False)
+    counts: np.ndarray = field(repr=False)  # runs per forward, per kernel
+    latency_s: np.ndarray = field(repr=False)  # [kernel, point], per run, masked
+    priced: _Priced = field(repr=False)
+    weights: np.ndarray = field(repr=False)  # how points combine into the phase's time
+
+    @property
+    def time_s(self) -> float:
+        """Prefill: the sum over chunks; decode: the mean step over the contexts."""
+        return float(self.step_s @ self.weights)
+
+    @property
+    def tokens_per_s(self):
+        """New tokens per second of one replica, per point."""
+        return self.phase.sequences * self.phase.seq_q / self.step_s
+
+    @property
+    def ops(self) -> list[OpTime]:
+        p = self.priced
+        return [OpTime(k.name, float(c), k, self.latency_s[i], p.flops[i], p.hbm_bytes[i], p.bound[i],
+                       (p.groups[p.where[i][0]], p.where[i][1]))
+                for i, (k, c) in enumerate(zip(self.kernels, self.counts))]
+
+    def table(self) -> list[dict]:
+        """Per kernel name: runs per forward, FLOPs, HBM bytes, time, bound and share of
+        the kernel sum (points combined as for the phase's time), largest time first."""
+        mask = self.latency_s > 0
+        per_run = self.counts[:, None] * mask
+        time = self.counts[:, None] * self.latency_s
+        t, f, b = time @ self.weights, (per_run * self.priced.flops) @ self.weights, \
+            (per_run * self.priced.hbm_bytes) @ self.weights
+        peak = time.argmax(axis=1)
+        rows: dict[str, dict] = {}
+        top: dict[str, float] = {}
+        for i, k in enumerate(self.kernels):
+            r = rows.setdefault(k.name, {"op": k.name, "count": 0.0, "flops": 0.0, "hbm_bytes": 0.0,
+                                         "time_s": 0.0, "bound": ""})
+            r["count"] += float(self.counts[i])
+            r["flops"] += float(f[i])
+            r["hbm_bytes"] += float(b[i])
+            r["time_s"] += float(t[i])
+            if t[i] > top.get(k.name, -1.0):
+                top[k.name], r["bound"] = float(t[i]), str(self.priced.bound[i, peak[i]])
+        total = float(t.sum()) or 1.0
+        for r in rows.values():
+            r["share"] = r["time_s"] / total
+        return sorted(rows.values(), key=lambda r: -r["time_s"])
+
+
+_STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
+
+
+def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, sh, d: Deployment) -> PhaseResult:
+    S, n = d.pp, ph.n
+    onehot = lambda s: [float(i == s) for i in range(S)]  # noqa: E731
+    per_stage = dict(zip(_STAGE_KEYS, (sh.stage_layers, sh.stage_dense, sh.stage_moe, onehot(0),
+                                       onehot(S - 1), [1.0] * (S - 1) + [0.0])))
+    mult = np.array([[x * k.count for x in per_stage[k.where]] for k in kernels], dtype=float)
+    lat = priced.latency_s
+    if d.eager:
+        lat = lat + np.array([[k.launches] for k in kernels], dtype=float) * d.launch_overhead_s
+    if any(not (isinstance(k.mask, (int, float)) and k.mask == 1) for k in kernels):
+        lat = lat * np.array([np.broadcast_to(k.mask, (n,)) for k in kernels], dtype=float)
+    stage_s = mult.T @ lat
+    # m microbatches through S stages: the first crosses every stage, each later one
+    # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
+    step = stage_s.sum(axis=0)
+    if S > 1:
+        step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
+    weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
+    return PhaseResult(ph, step, stage_s, kernels, mult.sum(axis=1), lat, priced, weights)
+
+
+def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
+    sh = shard(model, d)
+    lists = [phase_kernels(model, d, ph, sh) for ph in phases]
+    priced = _price([(ks, ph.n) for ks, ph in zip(lists, phases)], spec, profile or IDEAL)
+    return [_combine(ph, ks, p, sh, d) for ph, ks, p in zip(phases, lists, priced)]
+
+
+# ------------------------------------------------------------------ predictions
+
+
+@dataclass
+class ModelPrediction:
+    """A request batch served end to end: prefill then decode."""
+
+    model: Any
+    spec: Any
+    deployment: Deployment
+    batch: int
+    prompt: int
+    gen: int
+    chunk: int | None
+    prefill: PhaseResult
+    decode: PhaseResult
+    warnings: list[str]
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill.time_s
+
+    @property
+    def tpot_s(self) -> float:
+        return self.decode.time_s
+
+    @property
+    def e2e_s(self) -> float:
+        """The prefill gives the first token; each of the other gen - 1 takes a decode step."""
+        return self.ttft_s + (self.gen - 1) * self.tpot_s
+
+    def rates(self) -> dict[str, dict[str, float]]:
+        """Tokens per second, total (all dp replicas) and per GPU."""
+        d = self.deployment
+        per_replica = {
+            "decode": self.batch / self.tpot_s,
+            "overall": self.batch * self.gen / self.e2e_s,
+            "prefill": self.batch * self.prompt / self.ttft_s,
+        }
+        return {k: {"total": v * d.dp, "per_gpu": v * d.dp / d.gpus} for k, v in per_replica.items()}
+
+    def memory(self) -> dict[str, float]:
+        d, m = self.deployment, self.model
+        kv = kv_bytes_per_token_per_gpu(m, d) * self.batch * (self.prompt + self.gen)
+        return {"weights_bytes_per_gpu": weight_bytes_per_gpu(m, d), "kv_cache_bytes_per_gpu": kv,
+                "capacity_bytes": self.spec.memory.capacity_bytes}
+
+    def as_dict(self) -> dict:
+        def phase(p: PhaseResult) -> dict:
+            return {"time_s": p.time_s, "points": {"seq_q": _list(p.phase.seq_q, p.phase.n),
+                                                   "seq_kv": _list(p.phase.seq_kv, p.phase.n)},
+                    "step_s": p.step_s.tolist(), "ops": p.table()}
+
+        return {
+            "model": self.model.name, "gpu": self.spec.name, "deployment": self.deployment.as_dict(),
+            "batch": self.batch, "prompt": self.prompt, "gen": self.gen, "chunk": self.chunk,
+            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
+            "tokens_per_s": self.rates(), **self.memory(), "warnings": self.warnings,
+            "prefill": phase(self.prefill), "decode": phase(self.decode),
+        }
+
+
+def _list(x, n) -> list:
+    return np.broadcast_to(np.asarray(x, dtype=float), (n,)).tolist()
+
+
+def _count(what: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise UserError(f"{what} must be a whole number of at least {minimum} (got {value!r})")
+    return int(value)
+
+
+def _resolve(model, spec):
+    if isinstance(model, str):
+        from .config import load_config
+
+        model = load_config(model)
+    if isinstance(spec, str):
+        from ..hardware import load_spec
+
+        spec = load_spec(spec)
+    return model, spec
+
+
+def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *, batch: int,
+                  prompt: int, gen: int, chunk: int | None = None, decode_points: int = 4) -> ModelPrediction:
+    """Serve ``batch`` requests of ``prompt`` tokens generating ``gen`` tokens each.
+
+    Prefill runs the whole batch's prompts (in chunks of ``chunk`` tokens per sequence,
+    each chunk attending to every earlier token); its time is the time to first token.
+    The time per output token is the mean decode step over ``decode_points`` contexts
+    spread evenly over the decode (midpoints of equal segments of prompt + 1 .. prompt +
+    gen - 1; attention time is close to linear in context, so this is the mean step).
+    ``profile`` None is the ideal roofline; callers pass a resolved spec and profile.
+    """
+    model, spec = _resolve(model, spec)
+    d = deploy or Deployment()
+    batch, prompt, gen = _count("the batch", batch), _count("the prompt", prompt), _count("gen", gen)
+    decode_points = _count("the number of decode points", decode_points)
+    notes = []
+    limit = model.max_position_embeddings
+    if limit and prompt + gen > limit:
+        notes.append(f"a context of {prompt + gen} tokens exceeds {model.name}'s maximum of {limit}; "
+                     f"predicting anyway")
+    m = min(d.microbatches or d.pp, batch)
+    b = math.ceil(batch / m)
+    if chunk is not None and _count("the chunk", chunk) < prompt:
+        ends = np.minimum(np.arange(chunk, prompt + chunk, chunk), prompt)
+        seq_q = np.diff(ends, prepend=0)
+        logits = (ends == prompt).astype(float)
+    else:
+        chunk, ends, seq_q, logits = None, np.array([prompt]), np.array([prompt]), 1.0
+    pre = Phase("prefill", batch=b, seq_q=seq_q, seq_kv=ends, sequences=batch, microbatches=m,
+                logits=logits, combine="sum", n=len(ends))
+    steps = max(gen - 1, 1)  # decode steps (one notional step when gen is 1)
+    n = min(decode_points, steps)
+    ctx = prompt + np.rint(1 + (steps - 1) * (np.arange(n) + 0.5) / n)
+    dec = Phase("decode", batch=b, seq_q=1, seq_kv=ctx, sequences=batch, microbatches=m, n=n)
+    pf, dc = _run(model, spec, profile, d, [pre, dec])
+    out = ModelPrediction(model, spec, d, batch, prompt, gen, chunk, pf, dc, notes)
+    mem = out.memory()
+    if mem["weights_bytes_per_gpu"] + mem["kv_cache_bytes_per_gpu"] > mem["capacity_bytes"]:
+        notes.append(f"weights and KV cache ({(mem['weights_bytes_per_gpu'] + mem['kv_cache_bytes_per_gpu']) / 1e9:.1f} GB "
+                     f"per GPU) exceed the {mem['capacity_bytes'] / 1e9:.0f} GB of {spec.name}; predicting anyway")
+    return out
+
+
+def sweep(model, spec, profile=None, deploy: Deployment | None = None, *, batch, context,
+          phase: str = "decode") -> PhaseResult:
+    """One step at many (batch, context) points at once (arrays broadcast together):
+    decode, one new token per sequence with ``context`` tokens in the cache; or prefill,
+    whole prompts of ``context`` tokens. ``step_s`` and ``tokens_per_s`` are per point."""
+    model, spec = _resolve(model, spec)
+    d = deploy or Deployment()
+    if phase not in ("decode", "prefill"):
+        raise UserError(f"phase must be decode or prefill (got {phase!r})")
+    batch, context = np.broadcast_arrays(np.asarray(batch), np.asarray(context))
+    if np.any(batch < 1) or np.any(context < 1):
+        raise UserError("batch and context must be at least 1 at every point")
+    m = np.minimum(d.microbatches or d.pp, batch)
+    b = np.ceil(batch / m)
+    n = batch.size
+    batch, context, m, b = (np.ravel(x) for x in (batch, context, m, b))
+    seq_q = context if phase == "prefill" else 1
+    ph = Phase(phase, batch=b, seq_q=seq_q, seq_kv=context, sequences=batch, microbatches=m, n=n)
+    return _run(model, spec, profile, d, [ph])[0]
