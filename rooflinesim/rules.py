@@ -181,6 +181,8 @@ def memory_rule(op, spec, profile) -> Timing:
         waves = np.ceil(np.asarray(op.tokens) / (spec.chip.sm_count * p.rows_per_sm))
         extra = waves * np.asarray(op.hidden) * p.row_element_s
         losses["row_waves"] = waves
+    if isinstance(op, Norm) and p.row_bandwidth_elements:
+        memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
     return kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
 
 

@@ -42,6 +42,7 @@ PARAMS = {
     "k_element_s": (1e-10, 1e-13, 1e-8, 1e-11),
     "row_element_s": (1e-10, 1e-14, 1e-7, 1e-11),
     "rows_per_sm": (4.0, 0.25, 64.0, 1.0),
+    "row_bandwidth_elements": (16384.0, 256.0, 1e7, 1000.0),
     "memory_latency_s": (1e-6, 0.0, 2e-5, 1e-7),
     "memory_latency_bytes": (1e6, 1e3, 1e9, 1e5),
     "seq_overhead": (128.0, 1.0, 16384.0, 64.0),
@@ -75,7 +76,7 @@ class Group:
 # Seen in the kernel counts of H200 measurements: PyTorch's flash backend splits the
 # keys (a second, combining kernel) for queries of up to 4 tokens; cuDNN only for one.
 SPLIT_KV_MAX_QUERY = {"sdpa-flash": 4, "sdpa-cudnn": 1, "sdpa-efficient": 1}
-LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "k_overhead", "seq_overhead"}
+LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "k_overhead", "seq_overhead"}
 
 
 def _groups(meas: Measurements) -> list[Group]:
@@ -87,7 +88,7 @@ def _groups(meas: Measurements) -> list[Group]:
                "align8_memory", "align2_memory", "large_bytes", "large_memory_efficiency")),
         Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
-               "row_element_s", "rows_per_sm", "corner"),
+               "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements"),
               also=(("memory", "layernorm"), ("memory", "softmax"), ("memory", "add"),
                     ("memory", "silu_mul"), ("memory", "gather"), ("memory", "default"))),
     ]

@@ -67,6 +67,9 @@ class KernelParams(BaseModel):
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))
+    row_bandwidth_elements: float = Field(0.0, ge=0, description=(
+        "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
+        "fewer resident blocks); 0: no effect"))
     rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM")
     memory_latency_s: float = Field(0.0, ge=0, description=(
         "first-byte latency of a memory-bound kernel, paid in full once it moves more than "

@@ -25,7 +25,8 @@ def _override(ctx, param, values):
 
 
 @click.command()
-@click.option("--model", required=True, help="Preset name, Hugging Face id of a preset, or a config.json path.")
+@click.option("--model", required=True,
+              help="Preset name, Hugging Face id of a preset, or a config.json path.")
 @gpu_options
 @click.option("--tp", type=POS, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=POS, default=1, show_default=True, help="Pipeline-parallel degree.")
@@ -53,7 +54,8 @@ def _override(ctx, param, values):
               help="The card's total as a CUDA process sees it, e.g. '23.58 GiB' (default: known figure).")
 @click.option("--max-num-batched-tokens", type=POS, default=None,
               help="--engine vllm: tokens of its profiling pass (default: vLLM's, by GPU size).")
-@click.option("--max-num-seqs", type=POS, default=None, help="--engine vllm: sequences of its profiling pass.")
+@click.option("--max-num-seqs", type=POS, default=None,
+              help="--engine vllm: sequences of its profiling pass.")
 @click.option("--prefill-chunk", type=POS, default=None, help="Tokens of one prefill chunk (default 8192).")
 @click.option("--overheads", "overheads_file", type=click.Path(dir_okay=False), default=None,
               help="YAML of named overheads (keys of rooflinesim/data/memory_overheads.yaml).")

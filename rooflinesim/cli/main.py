@@ -29,6 +29,7 @@ cli.add_command(predict)
 
 
 def _register_lazy():
+    from .fit import fit
     from .formula import formula
     from .measure import calibrate, harness, validate
 
@@ -36,6 +37,7 @@ def _register_lazy():
     cli.add_command(harness)
     cli.add_command(calibrate)
     cli.add_command(validate)
+    cli.add_command(fit)
 
 
 _register_lazy()

@@ -68,7 +68,7 @@ _WEIGHTS_CACHE: dict = {}
 
 
 def _cached_weights(s: Setup, stage: int) -> dict[str, float]:
-    key = (id(s.cfg), s.cfg.name, s.par, s.quant, stage, s.overheads.vocab_padding)
+    key = (s.cfg, s.par, s.quant, stage, s.overheads.vocab_padding)
     if key not in _WEIGHTS_CACHE:
         if len(_WEIGHTS_CACHE) > 4096:
             _WEIGHTS_CACHE.clear()
@@ -130,17 +130,16 @@ def budget(s: Setup, batch: int, context: int) -> list[StageBudget]:
         per_token = kv_bytes_per_token(s.cfg, par.tp, s.kv_dtype, len(layers))
         kv = batch * blocks_per_sequence(context, s.block_size) * s.block_size * per_token
         act_dtype = s.quant.high_precision_dtype
-        if s.engine == "vllm":
+        if s.engine == "vllm":  # its profiling pass: max_num_batched_tokens, max_num_seqs rows
             tokens = s.max_num_batched_tokens
             rows = min(s.max_num_seqs, tokens)
             overheads = {"non_torch": o.vllm_non_torch_bytes(par.tp)}
-            usable = s.capacity_bytes * s.utilization
-        else:
+        else:  # one prefill chunk of this batch; logits of one row per sequence
             tokens = min(s.prefill_chunk_tokens, batch * context)
             rows = min(batch, tokens)
             overheads = {"cuda_context": o.cuda_context, "cublas_workspace": o.cublas_workspace,
                          "cuda_graphs": o.cuda_graphs, "nccl_buffers": o.nccl_bytes(par.gpus)}
-            usable = s.capacity_bytes * s.utilization
+        usable = s.capacity_bytes * s.utilization
         act = activation_bytes(s.cfg, par.tp, par.ep, tokens, rows, act_dtype,
                                o.activation_hidden_copies, o.logits_fp32_copies, last)
         headroom = s.capacity_bytes - usable

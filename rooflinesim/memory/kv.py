@@ -4,7 +4,6 @@ prefill chunk. Both are per pipeline stage, since each stage holds its own layer
 from __future__ import annotations
 
 from ..dtypes import bytes_per_element
-from .weights import stage_layers
 
 __all__ = ["kv_heads_per_gpu", "kv_bytes_per_token", "blocks_per_sequence", "kv_cache_bytes",
            "activation_bytes"]
@@ -66,6 +65,3 @@ def activation_bytes(cfg, tp: int, ep: int, tokens: int, sampled_rows: int, act_
         logits = sampled_rows * cfg.vocab_size * 4 * logits_copies + tokens * cfg.hidden_size * b
     return {"forward": forward, "logits": logits, "peak": max(forward, logits)}
 
-
-def stage_layer_counts(cfg, pp: int) -> list[int]:
-    return [len(r) for r in stage_layers(cfg.num_layers, pp)]
