@@ -15,7 +15,12 @@ from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
 from .timing import Timing, collective_time, kernel_time, sum_timings
 
-ALIGN_BYTES = 16  # TMA and vectorized loads need 16-byte aligned row strides
+ALIGN_BYTES = 16
+# formats with no fitted parameters of their own take those of the nearest measured one:
+# w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
+# to bf16 math, fp64 runs like fp32
+FALLBACK = {"int8": ("fp8", "bf16"), "int4": ("bf16",), "fp16": ("bf16",), "fp8": ("bf16",),
+            "fp64": ("fp32",), "tf32": ("fp32",)}  # TMA and vectorized loads need 16-byte aligned row strides
 
 
 def _waves(tiles, sm_count):
@@ -80,7 +85,7 @@ def _require(spec, rate: str, what: str):
 
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
-    p = profile.params("gemm", op.dtype)
+    p = profile.params("gemm", op.dtype, *FALLBACK.get(op.dtype, ()))
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
         pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
@@ -114,7 +119,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
     rate = FORMATS[op.dtype][3]
     _require(spec, rate, f"a {op.dtype} grouped GEMM")
-    p = profile.params("grouped_gemm", op.dtype)
+    p = profile.params("grouped_gemm", op.dtype, *FALLBACK.get(op.dtype, ()), "bf16")
     scale, losses = 1.0, {}
     if p.tile_m > 1:
         pad = op.tiles_m() * TILE_M / op.rows

@@ -173,7 +173,7 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
     hi = np.array([PARAMS[n][2] for n in names])
     scale = np.array([PARAMS[n][3] for n in names])
     # scale parameters spanning decades are fitted by their logarithm
-    x0, lo, hi = (np.where(logs, np.log(v), v) for v in (x0, lo, hi))
+    x0, lo, hi = (np.where(logs, np.log(np.where(logs, v, 1.0)), v) for v in (x0, lo, hi))
     scale = np.where(logs, 1.0, scale)
 
     def values(x):

@@ -30,6 +30,7 @@ cli.add_command(predict)
 
 def _register_lazy():
     from .fit import fit
+    from .model import register
     from .formula import formula
     from .measure import calibrate, harness, validate
 
@@ -38,6 +39,7 @@ def _register_lazy():
     cli.add_command(calibrate)
     cli.add_command(validate)
     cli.add_command(fit)
+    register(predict)
 
 
 _register_lazy()

@@ -30,8 +30,10 @@ POS = click.IntRange(min=1)
               help="Pipeline microbatches (default: pp, at most the batch).")
 @click.option("--weights", default="bf16", show_default=True,
               help="bf16, fp16, fp8 (fp8 GEMMs: weights and activations), int8 (w8a8), int4 (w4a16).")
-@click.option("--activations", default=None, help="bf16 or fp16 (default: fp16 with fp16 weights, else bf16).")
-@click.option("--kv-dtype", default=None, help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
+@click.option("--activations", default=None,
+              help="bf16 or fp16 (default: fp16 with fp16 weights, else bf16).")
+@click.option("--kv-dtype", default=None,
+              help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
 @click.option("--group-size", type=POS, default=128, show_default=True, help="int4 weights per scale.")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default="fa3", show_default=True,
               help="Attention kernel class.")
@@ -95,7 +97,8 @@ def _print(r, prof, how) -> None:
     view = (f"eager, {format_seconds(d.launch_overhead_s)} host time per launch" if d.eager
             else "CUDA graph (kernel sum)")
     chunk = f", prefill in chunks of {r.chunk}" if r.chunk else ""
-    click.echo(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; {view}")
+    click.echo(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; the batch's prompts "
+               f"are prefilled together; {view}")
     ctx = r.decode.phase.seq_kv
     rows = [
         ("time to first token", format_seconds(r.ttft_s)),
@@ -111,8 +114,9 @@ def _print(r, prof, how) -> None:
                  f"{format_bytes(mem['kv_cache_bytes_per_gpu'], binary=False)} of "
                  f"{format_bytes(mem['capacity_bytes'], binary=False)}"))
     click.echo(table(rows, align=["<", "<"]))
-    titles = {"prefill": "prefill (whole prompt{}; per GPU, one microbatch through every stage)",
-              "decode": "decode (one step, mean over the contexts; per GPU, one microbatch through every stage)"}
+    each = "per GPU, one microbatch through every stage"
+    titles = {"prefill": f"prefill (whole prompt{{}}; {each})",
+              "decode": f"decode (one step, mean over the contexts; {each})"}
     for name, phase in (("prefill", r.prefill), ("decode", r.decode)):
         click.echo("")
         click.echo(titles[name].format(", all chunks" if r.chunk else ""))

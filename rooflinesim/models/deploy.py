@@ -87,7 +87,8 @@ class Deployment:
         if self.attention not in ATTENTION:
             raise UserError(f"--attention must be one of {', '.join(ATTENTION)} (got {self.attention!r})")
         if not (isinstance(self.launch_overhead_s, (int, float)) and self.launch_overhead_s >= 0):
-            raise UserError(f"the launch overhead must be a non-negative time (got {self.launch_overhead_s!r})")
+            raise UserError(f"the launch overhead must be a non-negative time "
+                            f"(got {self.launch_overhead_s!r})")
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "activations", a)
         object.__setattr__(self, "kv_cache", kv)
@@ -145,7 +146,7 @@ def shard(model, d: Deployment) -> Sharding:
         raise UserError(f"--tp {tp} must divide the {kv} KV heads of {name} or be a multiple of "
                         f"them (to replicate each KV head)")
     ffn = 0
-    if model.dense_layers:
+    if "dense" in model.layer_kinds:
         if model.intermediate_size % tp:
             raise UserError(f"--tp {tp} does not divide the MLP width {model.intermediate_size} of {name}")
         ffn = model.intermediate_size // tp

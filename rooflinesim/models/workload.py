@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -160,10 +161,10 @@ def phase_kernels(model, d: Deployment, ph: Phase, sh=None) -> list[Kernel]:
     s = _Shapes(model, d, ph, sh or shard(model, d))
     ks = _ends(s)
     ks += _mla(s) if model.is_mla else _gqa(s)
-    if model.dense_layers:
+    if "dense" in model.layer_kinds:
         ks += [s.add_norm("post_attention_norm", where="dense"), *s.gather("mlp", "dense"),
                *_mlp(s, "", s.sh.ffn, "dense"), *s.reduce("mlp", "dense")]
-    if model.moe_layers:
+    if "moe" in model.layer_kinds:
         ks += [s.add_norm("post_attention_norm", where="moe"), *s.gather("moe", "moe"),
                *_moe(s)]
         if s.sh.shared_ffn:
@@ -254,7 +255,12 @@ def _ends(s: _Shapes) -> list[Kernel]:
 # ------------------------------------------------------------------------ pricing
 
 
+_NUMBERS = (int, float, np.ndarray, np.float64, np.int64)
+
+
 def _numeric(v) -> bool:
+    if type(v) in _NUMBERS:  # the common cases, fast
+        return True
     return isinstance(v, (int, float, np.ndarray, np.number)) and not isinstance(v, bool)
 
 
@@ -289,21 +295,30 @@ def _price(batches, spec, profile) -> list[_Priced]:
     call per group of kernels of one class whose non-numeric arguments agree: their
     numeric arguments are stacked into arrays."""
     flat = [(k, n) for ks, n in batches for k in ks]
-    start = np.cumsum([0] + [n for _, n in flat])
+    start = [0]
+    for _, n in flat:
+        start.append(start[-1] + n)
     groups: dict = {}
+    numeric_of: dict = {}
     for i, (k, _) in enumerate(flat):
-        key = (k.cls, *((f, v) for f, v in k.args.items() if f != "name" and not _numeric(v)))
+        static, numeric = [k.cls], []
+        for f, v in k.args.items():
+            if _numeric(v):
+                numeric.append(f)
+            elif f != "name":
+                static.append((f, v))
+        key = tuple(static)
         groups.setdefault(key, []).append(i)
-    total = int(start[-1])
+        numeric_of[key] = numeric
+    total = start[-1]
     cols = [np.empty(total), np.empty(total), np.empty(total), np.empty(total, dtype=object)]
     timings, where = [], [None] * len(flat)
     for key, idx in groups.items():
         cls, static = key[0], dict(key[1:])
         sizes = [flat[i][1] for i in idx]
-        args = {f: _stack([flat[i][0].args[f] for i in idx], sizes)
-                for f, v in flat[idx[0]][0].args.items() if f != "name" and _numeric(v)}
+        args = {f: _stack([flat[i][0].args[f] for i in idx], sizes) for f in numeric_of[key]}
         t = predict(cls(**static, **args), spec, profile)
-        rows = np.concatenate([np.arange(start[i], start[i + 1]) for i in idx])
+        rows = [j for i in idx for j in range(start[i], start[i + 1])]
         at = 0
         for i, n in zip(idx, sizes):
             where[i] = (len(timings), slice(at, at + n))
@@ -489,11 +504,16 @@ class ModelPrediction:
         }
         return {k: {"total": v * d.dp, "per_gpu": v * d.dp / d.gpus} for k, v in per_replica.items()}
 
-    def memory(self) -> dict[str, float]:
+    @cached_property
+    def _memory(self) -> dict[str, float]:
         d, m = self.deployment, self.model
         kv = kv_bytes_per_token_per_gpu(m, d) * self.batch * (self.prompt + self.gen)
         return {"weights_bytes_per_gpu": weight_bytes_per_gpu(m, d), "kv_cache_bytes_per_gpu": kv,
                 "capacity_bytes": self.spec.memory.capacity_bytes}
+
+    def memory(self) -> dict[str, float]:
+        """Weights and the batch's KV cache (prompt + gen tokens) per GPU, and capacity."""
+        return dict(self._memory)
 
     def as_dict(self) -> dict:
         def phase(p: PhaseResult) -> dict:
@@ -569,9 +589,12 @@ def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *
     pf, dc = _run(model, spec, profile, d, [pre, dec])
     out = ModelPrediction(model, spec, d, batch, prompt, gen, chunk, pf, dc, notes)
     mem = out.memory()
-    if mem["weights_bytes_per_gpu"] + mem["kv_cache_bytes_per_gpu"] > mem["capacity_bytes"]:
-        notes.append(f"weights and KV cache ({(mem['weights_bytes_per_gpu'] + mem['kv_cache_bytes_per_gpu']) / 1e9:.1f} GB "
-                     f"per GPU) exceed the {mem['capacity_bytes'] / 1e9:.0f} GB of {spec.name}; predicting anyway")
+    need = mem["weights_bytes_per_gpu"] + mem["kv_cache_bytes_per_gpu"]
+    if need > mem["capacity_bytes"]:
+        from ..units import format_bytes
+
+        notes.append(f"weights and KV cache ({format_bytes(need, binary=False)} per GPU) exceed the "
+                     f"{format_bytes(mem['capacity_bytes'], binary=False)} of {spec.name}; predicting anyway")
     return out
 
 

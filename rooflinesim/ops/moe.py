@@ -161,20 +161,25 @@ class MoE(Op):
 
     # --- the kernels ---
     def kernels(self) -> list[tuple[str, Op]]:
+        """The kernels one GPU runs. With ``ep`` > 1, ``tokens`` are those of the whole
+        expert-parallel group: each GPU routes its own tokens / ep, sends their routed
+        rows to the experts' GPUs, and computes the rows routed to its experts."""
         t, h, f, e = self.tokens, self.hidden, self.ffn, self.experts
+        local_tokens = t / self.ep
+        local_routed = self.routed_rows() / self.ep
         rows = self.rows_per_gpu()
         experts_here = self.touched() / self.ep
         ad = self.act_dtype
         out = [
-            ("router", Gemm(m=t, n=e, k=h, dtype="bf16", name="router")),
-            ("topk", Norm(tokens=t, hidden=e, dtype="fp32", kind="softmax", name="topk")),
-            ("routing", Bookkeeping(kernels=self.routing_kernels,
-                                    bytes=self.routed_rows() * 16, name="routing")),
-            ("dispatch", Gather(rows_in=self.routed_rows(), rows_out=self.routed_rows(),
-                                width=h, dtype=ad, name="dispatch")),
+            ("router", Gemm(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
+            ("topk", Norm(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax", name="topk")),
+            ("routing", Bookkeeping(kernels=self.routing_kernels, bytes=local_routed * 16,
+                                    name="routing")),
+            ("dispatch", Gather(rows_in=local_routed, rows_out=local_routed, width=h, dtype=ad,
+                                name="dispatch")),
         ]
         sharded = is_symbolic(self.ep) or np.any(np.asarray(self.ep) > 1)
-        a2a_bytes = self.routed_rows() * h * bytes_per_element(ad)
+        a2a_bytes = local_routed * h * bytes_per_element(ad)  # this GPU's send buffer
         if sharded:
             out.append(("ep_dispatch", Collective(kind="alltoall", bytes=a2a_bytes,
                                                   world_size=self.ep, name="ep_dispatch")))
@@ -191,7 +196,7 @@ class MoE(Op):
         if sharded:
             out.append(("ep_combine", Collective(kind="alltoall", bytes=a2a_bytes,
                                                  world_size=self.ep, name="ep_combine")))
-        out.append(("combine", Gather(rows_in=self.routed_rows(), rows_out=t, width=h,
+        out.append(("combine", Gather(rows_in=local_routed, rows_out=local_tokens, width=h,
                                       dtype=ad, name="combine")))
         return out
 

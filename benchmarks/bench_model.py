@@ -1,0 +1,116 @@
+"""Speed of whole-model predictions (run: python benchmarks/bench_model.py).
+
+Measures, on this machine, with the spec and calibration profile loaded once:
+  * one full prediction (prefill and decode, with the per-kernel breakdown of both);
+  * one vectorized sweep of decode steps over 1,000 (batch, context) points, and of
+    prefills over 1,000 (batch, prompt) points;
+  * the cold wall time of one `predict model` CLI call in a fresh process.
+Goals (README): a full prediction under 1 ms; a 1,000-point sweep under 20 ms.
+Times are the minimum and the median over repeats (the minimum is the machine's speed,
+the median what a busy machine gives).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CASES = [  # (label, model, gpu, deployment keywords)
+    ("llama-3-70b tp4 fp8", "llama-3-70b", "h100", dict(tp=4, weights="fp8")),
+    ("llama-3.1-8b tp1 bf16", "llama-3.1-8b", "h200", dict()),
+    ("mixtral-8x7b tp2 fp8", "mixtral-8x7b", "h200", dict(tp=2, weights="fp8")),
+    ("deepseek-v3 tp8 ep8 fp8", "deepseek-v3", "h200", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
+]
+
+
+def timed(f, repeats: int) -> tuple[float, float]:
+    f()  # warm caches (config, spec, imports)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times)
+
+
+def full_prediction(model, gpu, deploy, repeats):
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.workload import predict_model
+
+    spec, cfg = load_spec(gpu), load_config(model)
+    prof, d = resolve_profile(spec, None), Deployment(**deploy)
+
+    def once():
+        r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+        r.prefill.table(), r.decode.table()
+
+    return timed(once, repeats)
+
+
+def sweep_points(model, gpu, deploy, phase, n, repeats):
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.workload import sweep
+
+    spec, cfg = load_spec(gpu), load_config(model)
+    prof, d = resolve_profile(spec, None), Deployment(**deploy)
+    rng = np.random.default_rng(0)
+    batch = rng.integers(1, 257 if phase == "decode" else 17, n)
+    context = rng.integers(128, 8193, n)
+
+    def once():
+        r = sweep(cfg, spec, prof, d, batch=batch, context=context, phase=phase)
+        assert r.step_s.shape == (n,)
+
+    return timed(once, repeats)
+
+
+def cold_cli(runs: int) -> float:
+    code = ("import sys; from rooflinesim.cli.predict import predict; "
+            "from rooflinesim.cli.model import register; register(predict); "
+            "from rooflinesim.cli.main import main; main(sys.argv[1:])")
+    cmd = [sys.executable, "-c", code, "predict", "model", "--model", "llama-3-70b", "--gpu", "h100",
+           "--tp", "4", "--batch", "32", "--prompt", "2048", "--gen", "256", "--weights", "fp8"]
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--points", type=int, default=1000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out: dict[str, float] = {}
+    for label, model, gpu, deploy in CASES:
+        lo, med = full_prediction(model, gpu, deploy, args.repeats)
+        out[f"full prediction, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
+    for label, model, gpu, deploy in CASES[:3]:
+        for phase in ("decode", "prefill"):
+            lo, med = sweep_points(model, gpu, deploy, phase, args.points, max(5, args.repeats // 5))
+            out[f"{args.points}-point {phase} sweep, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
+    out["cold CLI `predict model` (s, median)"] = cold_cli(5)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    for k, v in out.items():
+        print(f"{k:62s} " + (" / ".join(f"{x:7.3f}" for x in v) if isinstance(v, tuple) else f"{v:7.3f}"))
+
+
+if __name__ == "__main__":
+    main()

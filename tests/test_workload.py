@@ -1,0 +1,330 @@
+"""Whole-model workloads: kernel counts as formulas, TP shards, memory- and compute-bound
+regimes, MoE and MLA traffic, phases and pipelines, the CLI's JSON and its errors."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rooflinesim.calibration.profile import IDEAL, resolve_profile
+from rooflinesim.errors import UserError
+from rooflinesim.hardware import load_spec
+from rooflinesim.models import presets
+from rooflinesim.models.config import from_hf_dict, load_config
+from rooflinesim.models.deploy import Deployment, max_batch, shard
+from rooflinesim.models.workload import predict_model, sweep
+
+H100 = load_spec("h100")
+H200 = load_spec("h200")
+FITTED = resolve_profile(H200, None)
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+def run(model, *, spec=H100, profile=IDEAL, batch=2, prompt=64, gen=8, **deploy):
+    return predict_model(model, spec, profile, Deployment(**deploy), batch=batch, prompt=prompt, gen=gen)
+
+
+def by_name(phase) -> dict:
+    """name -> (runs per forward, FLOPs of one run, HBM bytes of one run), first point."""
+    out = {}
+    for o in phase.ops:
+        c, f, b = out.get(o.name, (0.0, 0.0, 0.0))
+        out[o.name] = (c + o.count, f + o.count * float(o.flops[0]), b + o.count * float(o.hbm_bytes[0]))
+    return out
+
+
+def total(phase, names) -> float:
+    """FLOPs per forward (all runs) of the kernels called ``names``."""
+    t = by_name(phase)
+    return sum(t[n][1] for n in names if n in t)
+
+
+# ------------------------------------------------------------------ counts as formulas
+
+
+def test_dense_gemm_flops_are_two_tokens_params():
+    m = load_config("llama-3-8b")
+    r = run(m, batch=2, prompt=64)
+    T, L, h, V = 2 * 64, m.num_layers, m.hidden_size, m.vocab_size
+    linear = sum(m.attention_param_counts().values()) + sum(m.dense_mlp_param_counts().values())
+    # every linear weight multiplies every prompt token once: 2 FLOPs per weight per token;
+    # the LM head only the last token of each sequence
+    assert total(r.prefill, GEMMS) == 2 * T * linear * L
+    assert total(r.prefill, ["lm_head"]) == 2 * 2 * V * h
+    # decode: one token per sequence
+    assert total(r.decode, GEMMS) == 2 * 2 * linear * L
+
+
+def test_forward_flops_match_active_params_plus_attention():
+    m = load_config("llama-3-8b")
+    b, p = 4, 512
+    r = run(m, batch=b, prompt=p)
+    T = b * p
+    head = m.vocab_size * m.hidden_size
+    body = m.active_params() - head - m.param_counts()["norms"]
+    # causal attention: QK^T and PV over p(p+1)/2 pairs per head, 2 FLOPs per multiply-add
+    attn = 4 * m.head_dim * m.num_heads * b * p * (p + 1) / 2 * m.num_layers
+    expected = 2 * T * body + attn + 2 * b * head
+    got = sum(f for _, f, _ in by_name(r.prefill).values())
+    assert got == pytest.approx(expected, rel=0.01)  # the rest: norms, activation, embedding
+    assert total(r.prefill, ["attention"]) == pytest.approx(attn)
+
+
+@given(st.sampled_from([2, 4, 8]), st.integers(1, 16), st.integers(1, 600))
+def test_tp_shards_add_up(tp, batch, prompt):
+    m = load_config("llama-3-70b")  # 64 heads, 8 KV heads: nothing replicated up to tp 8
+    whole = run(m, batch=batch, prompt=prompt)
+    part = run(m, batch=batch, prompt=prompt, tp=tp)
+    for phase in ("prefill", "decode"):
+        w, s = by_name(getattr(whole, phase)), by_name(getattr(part, phase))
+        for name in (*GEMMS, "attention", "lm_head"):
+            assert s[name][1] * tp == pytest.approx(w[name][1], rel=1e-12), (phase, name)
+        assert s["input_norm"][1] == w["input_norm"][1]  # norms are replicated
+        assert "attn_allreduce" in s and "attn_allreduce" not in w
+
+
+def test_replicated_kv_heads_when_fewer_than_tp():
+    raw = json.loads(presets.preset_path("llama-3-8b").read_text())
+    m = from_hf_dict({**raw, "num_key_value_heads": 2}, name="kv2")
+    sh = shard(m, Deployment(tp=8))
+    assert (sh.heads, sh.kv_heads) == (4, 1)  # one KV head on each GPU, each held by 4
+    r = run(m, tp=8, batch=1, prompt=32)
+    q_dim, kv_dim = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    qkv = by_name(r.prefill)["qkv_proj"][1] / m.num_layers
+    assert qkv == 2 * 32 * m.hidden_size * (q_dim / 8 + 2 * m.head_dim)
+    assert qkv * 8 > 2 * 32 * m.hidden_size * (q_dim + 2 * kv_dim)  # replication costs work
+    with pytest.raises(UserError, match="KV heads"):
+        shard(from_hf_dict({**raw, "num_key_value_heads": 8, "num_attention_heads": 48,
+                                  "head_dim": 128}, name="x"),
+              Deployment(tp=6))
+
+
+# ------------------------------------------------------------------ regimes
+
+
+@pytest.mark.parametrize("profile", [IDEAL, FITTED])
+def test_decode_at_batch_1_is_weight_bound(profile):
+    m = load_config("llama-3-8b")
+    r = run(m, spec=H200, profile=profile, batch=1, prompt=512, gen=64)
+    for o in r.decode.ops:
+        if o.name in (*GEMMS, "lm_head"):
+            assert set(o.bound) == {"hbm"}, o.name
+    weights = (m.total_params() - m.param_counts()["embedding"]) * 2  # bf16, embedding row reads only
+    assert r.tpot_s >= weights / H200.memory.hbm_bandwidth_bytes_per_s
+    if profile is IDEAL:  # the datasheet roofline: the GEMMs stream their weights at full bandwidth
+        gemm_s = sum(o.count * o.latency_s[0] for o in r.decode.ops if o.name in GEMMS)
+        gemm_bytes = sum(o.count * o.hbm_bytes[0] for o in r.decode.ops if o.name in GEMMS)
+        assert gemm_s == pytest.approx(gemm_bytes / H200.memory.hbm_bandwidth_bytes_per_s)
+
+
+def test_prefill_big_gemms_are_compute_bound():
+    r = run(load_config("llama-3-8b"), spec=H200, profile=FITTED, batch=4, prompt=2048)
+    for o in r.prefill.ops:
+        if o.name in GEMMS:
+            assert set(o.bound) == {"compute"}, o.name
+
+
+def test_moe_reads_only_the_active_experts():
+    m = load_config("mixtral-8x7b")
+    h, f = m.hidden_size, m.moe_intermediate_size
+    for batch, touched in ((1, m.num_experts_per_tok), (512, m.num_experts)):
+        r = run(m, batch=batch, prompt=16)
+        per_layer = by_name(r.decode)["moe_experts_gate_up"][2] / m.num_layers
+        weights = touched * 2 * f * h * 2  # gate and up of each touched expert, bf16
+        acts = batch * m.num_experts_per_tok * (h + 2 * f) * 2  # routed rows in and out
+        assert per_layer == pytest.approx(weights + acts, rel=0.02), batch
+    # fp8 experts read half the bytes
+    down8 = by_name(run(m, batch=1, prompt=16, weights="fp8").decode)["moe_experts_down"][2]
+    assert down8 < 0.51 * by_name(run(m, batch=1, prompt=16).decode)["moe_experts_down"][2]
+
+
+def test_mla_caches_the_latent_not_the_heads():
+    m = load_config("deepseek-v2-lite")
+    r = run(m, batch=4, prompt=1024, gen=2, kv_cache="bf16")
+    attn = next(o for o in r.decode.ops if o.name == "attention").op
+    per_token = attn.bytes_kv() / (4 * attn.seq_kv[0])
+    assert per_token == (m.kv_lora_rank + m.qk_rope_head_dim) * 2  # the latent, read once
+    gqa_equivalent = m.num_kv_heads * (m.head_dim + m.v_head_dim) * 2
+    assert per_token < gqa_equivalent / 8  # 16 heads of 192 + 128
+    # prefill expands the latent into MHA: FLOPs exact for qk dim 192 and v dim 128
+    pre = next(o for o in r.prefill.ops if o.name == "attention").op
+    pairs = 4 * m.num_heads * 1024 * 1025 / 2
+    assert pre.flops()[0] == pytest.approx(2 * (m.head_dim + m.v_head_dim) * pairs)
+
+
+def test_deepseek_v3_layers_and_expert_parallel():
+    m = load_config("deepseek-v3")
+    r = run(m, spec=H200, batch=8, prompt=256, gen=4, tp=8, ep=8, weights="fp8", kv_cache="fp8")
+    counts = {n: c for n, (c, _, _) in by_name(r.decode).items()}
+    assert counts["gate_up_proj"] == 3 and counts["moe_experts_gate_up"] == 58  # first_k_dense
+    assert counts["qkv_a_proj"] == 61 and counts["q_absorb"] == 61
+    assert "moe_ep_dispatch" not in counts  # ep inside the TP group: tokens already there
+    r2 = run(m, spec=H200, batch=8, prompt=256, gen=4, tp=1, dp=8, ep=8, weights="fp8")
+    assert "moe_ep_dispatch" in by_name(r2.decode)
+
+
+# ------------------------------------------------------------------ phases and pipeline
+
+
+def test_chunked_prefill_covers_the_same_pairs():
+    m = load_config("llama-3-8b")
+    whole = run(m, batch=2, prompt=1000)
+    chunked = predict_model(m, H100, IDEAL, Deployment(), batch=2, prompt=1000, gen=8, chunk=256)
+    assert chunked.prefill.phase.n == 4
+    w = by_name(whole.prefill)
+    c = {o.name: 0.0 for o in chunked.prefill.ops}
+    for o in chunked.prefill.ops:
+        mask = np.broadcast_to(o.kernel.mask, (4,))
+        c[o.name] += o.count * float(np.sum(o.flops * mask))
+    for name in (*GEMMS, "attention", "lm_head"):  # bottom-right causal chunks tile the triangle
+        assert c[name] == pytest.approx(w[name][1], rel=1e-12), name
+    assert chunked.ttft_s > whole.ttft_s  # more, smaller kernels
+
+
+def test_tpot_is_the_mean_over_the_decode_contexts():
+    m = load_config("llama-3-8b")
+    r = run(m, batch=8, prompt=1000, gen=101)
+    assert list(r.decode.phase.seq_kv) == [1013, 1038, 1063, 1088]  # mean = prompt + gen / 2
+    s = sweep(m, H100, IDEAL, Deployment(), batch=8, context=r.decode.phase.seq_kv)
+    assert np.allclose(s.step_s, r.decode.step_s, rtol=1e-12)
+    assert r.tpot_s == pytest.approx(s.step_s.mean())
+    assert r.e2e_s == pytest.approx(r.ttft_s + 100 * r.tpot_s)
+
+
+def test_sweep_is_the_pointwise_prediction():
+    m = load_config("mixtral-8x7b")
+    d = Deployment(tp=2, weights="fp8")
+    batch, ctx = np.array([1, 7, 64, 300]), np.array([100, 5000, 777, 2048])
+    s = sweep(m, H200, FITTED, d, batch=batch, context=ctx)
+    for i in range(4):
+        one = sweep(m, H200, FITTED, d, batch=int(batch[i]), context=int(ctx[i]))
+        assert one.step_s[0] == pytest.approx(s.step_s[i], rel=1e-9)
+    assert np.all(np.diff(sweep(m, H200, FITTED, d, batch=16, context=[512, 1024, 4096]).step_s) > 0)
+
+
+def test_pipeline_stages_and_bubble():
+    m = load_config("llama-3-8b")  # 32 layers
+    one = run(m, batch=8, prompt=128, pp=1)
+    two = run(m, batch=8, prompt=128, pp=2, microbatches=1)
+    assert two.decode.stage_s.shape == (2, 4)
+    send = by_name(two.decode)["pp_send"][0]
+    assert send == 1 and two.tpot_s > one.tpot_s  # stages run in series, plus the hand-off
+    assert two.decode.stage_s.sum(axis=0) == pytest.approx(two.decode.step_s)
+    four = run(m, batch=8, prompt=128, pp=2, microbatches=4)  # 4 microbatches of 2
+    st_ = four.decode.stage_s
+    assert four.decode.step_s == pytest.approx(st_.sum(axis=0) + 3 * st_.max(axis=0))
+    assert run(m, pp=3).prefill.stage_s.shape[0] == 3  # 11 + 11 + 10 layers: uneven is allowed
+    assert shard(m, Deployment(pp=3)).stage_layers == (11, 11, 10)
+
+
+def test_eager_adds_host_time_per_launch():
+    m = load_config("llama-3-8b")
+    graph, eager = run(m, batch=4), run(m, batch=4, eager=True, launch_overhead_s=5e-6)
+    launches = sum(o.count * o.kernel.launches for o in graph.decode.ops)
+    assert eager.tpot_s - graph.tpot_s == pytest.approx(launches * 5e-6)
+
+
+def test_data_parallel_multiplies_throughput_only():
+    m = load_config("llama-3-8b")
+    a, b = run(m, batch=16), run(m, batch=16, dp=4)
+    assert b.tpot_s == a.tpot_s and b.ttft_s == a.ttft_s
+    assert b.rates()["decode"]["total"] == pytest.approx(4 * a.rates()["decode"]["total"])
+    assert b.rates()["decode"]["per_gpu"] == pytest.approx(a.rates()["decode"]["per_gpu"])
+
+
+def test_sequence_parallel_swaps_allreduce_for_reduce_scatter_and_all_gather():
+    names = set(by_name(run(load_config("llama-3-8b"), tp=4, sequence_parallel=True).decode))
+    assert {"attn_reducescatter", "mlp_allgather"} <= names and "attn_allreduce" not in names
+
+
+def test_int4_weights_and_fp8_kv_shrink_traffic():
+    m = load_config("llama-3-8b")
+    base = by_name(run(m, batch=1).decode)
+    w4 = by_name(run(m, batch=1, weights="int4").decode)
+    assert w4["down_proj"][2] < 0.3 * base["down_proj"][2]  # 4 bits plus a scale per 128
+    kv8 = by_name(run(m, batch=1, prompt=4096, kv_cache="fp8").decode)
+    kv16 = by_name(run(m, batch=1, prompt=4096).decode)
+    assert kv8["attention"][2] < 0.55 * kv16["attention"][2]
+
+
+def test_max_batch_fills_memory():
+    m, d = load_config("llama-3.1-8b"), Deployment(weights="fp8", kv_cache="fp8")
+    b = max_batch(m, d, H100, 2048 + 128)
+    kv_seq = 2176 * m.num_layers * m.num_kv_heads * 2 * m.head_dim  # fp8: 1 byte
+    assert b == int((0.9 * 80e9 - run(m, batch=1, weights="fp8").memory()["weights_bytes_per_gpu"]) // kv_seq)
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+def cli(args):
+    from rooflinesim.cli.main import main
+    from rooflinesim.cli.model import register
+    from rooflinesim.cli.predict import predict
+
+    register(predict)
+
+    class _Main:
+        name = "rooflinesim"
+
+        def main(self, args=None, prog_name=None, **kw):
+            main(args)
+
+    r = CliRunner().invoke(_Main(), ["predict", "model", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_cli_json_fields():
+    code, out, err = cli(["--model", "llama-3-70b", "--gpu", "h100", "--tp", "4", "--batch", "32",
+                          "--prompt", "2048", "--gen", "256", "--weights", "fp8", "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    for key in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "weights_bytes_per_gpu",
+                "kv_cache_bytes_per_gpu", "prefill", "decode", "deployment", "profile"):
+        assert key in d
+    assert d["e2e_s"] == pytest.approx(d["ttft_s"] + 255 * d["tpot_s"])
+    assert d["tokens_per_s"]["decode"]["total"] == pytest.approx(32 / d["tpot_s"])
+    assert d["tokens_per_s"]["decode"]["per_gpu"] == pytest.approx(8 / d["tpot_s"])
+    for phase in ("prefill", "decode"):
+        ops = d[phase]["ops"]
+        assert {"op", "count", "flops", "hbm_bytes", "time_s", "bound", "share"} <= set(ops[0])
+        assert sum(o["share"] for o in ops) == pytest.approx(1)
+        assert sum(o["time_s"] for o in ops) == pytest.approx(d[phase]["time_s"])  # pp 1
+    assert {o["op"]: o["count"] for o in d["decode"]["ops"]}["qkv_proj"] == 80
+
+
+def test_cli_table_and_batch_max():
+    code, out, _ = cli(["--model", "llama-3.1-8b", "--gpu", "h200", "--batch", "max", "--prompt", "128",
+                        "--gen", "128", "--weights", "fp8", "--kv-dtype", "fp8"])
+    assert code == 0
+    assert "time to first token" in out and "gate_up_proj" in out and "batch " in out
+
+
+def test_cli_warns_beyond_the_context_limit():
+    code, out, err = cli(["--model", "phi-3-mini-4k", "--prompt", "4000", "--gen", "200"])
+    assert code == 0 and "warning:" in err and "4096" in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "llama-3-8b", "--tp", "3"], "does not divide the 32 attention heads"),
+    (["--model", "llama-3-8b", "--pp", "40"], "exceeds the 32 layers"),
+    (["--model", "mixtral-8x7b", "--tp", "4", "--ep", "3"], "does not divide the 8 experts"),
+    (["--model", "llama-3-8b", "--ep", "2"], "mixture-of-experts"),
+    (["--model", "llama-3-8b", "--batch", "0"], "at least 1"),
+    (["--model", "llama-3-8b", "--batch", "lots"], "'max'"),
+    (["--model", "llama-3-8b", "--weights", "fp5"], "unknown dtype"),
+    (["--model", "llama-3-8b", "--kv-dtype", "int4"], "must be one of"),
+    (["--model", "llama-9"], "unknown model"),
+    (["--model", "llama-3-8b", "--gpu", "h10"], "did you mean"),
+    (["--model", "llama-3-8b", "--gpu", "a100", "--weights", "fp8"], "no fp8"),
+    (["--model", "llama-3-70b", "--tp", "16"], "cross nodes"),
+    (["--model", "llama-3-8b", "--prompt", "0"], "0 is not in the range"),
+])
+def test_cli_bad_input_is_one_sentence_and_exit_2(args, needle):
+    code, _, err = cli(args)
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
