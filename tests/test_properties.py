@@ -30,11 +30,14 @@ def test_attained_rate_never_above_peak(m, n, k, dtype, profile):
 def test_gemm_latency_monotone_in_size(m, n, k, steps, profile):
     # grow by whole 16-element steps so that row strides keep their alignment class
     # (a misaligned GEMM may rightly be slower than a larger aligned one)
+    # the one allowed exception: a larger GEMM may drop the split-K reduction kernel
+    # (more output tiles), which saves at most one launch
     extra = 16 * steps
+    slack = profile.params("gemm", "bf16").launch_s
     base = predict(Gemm(m=m, n=n, k=k), H100, profile).latency_s
     for bigger in (Gemm(m=m + extra, n=n, k=k), Gemm(m=m, n=n + extra, k=k),
                    Gemm(m=m, n=n, k=k + extra)):
-        assert predict(bigger, H100, profile).latency_s >= base * (1 - 1e-12)
+        assert predict(bigger, H100, profile).latency_s >= base * (1 - 1e-12) - slack
 
 
 @given(dims, dims, dims, st.floats(1.01, 10))
