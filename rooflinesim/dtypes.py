@@ -7,6 +7,7 @@ dtype runs at (tf32 is stored as fp32 but runs on the tensor cores' tf32 rate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .errors import did_you_mean
 
@@ -63,5 +64,12 @@ def names() -> list[str]:
     return list(_DTYPES)
 
 
-def bytes_per_element(name: str | DType) -> float:
+@lru_cache(maxsize=None)
+def _bytes_of(name: str) -> float:
     return dtype(name).bits / 8
+
+
+def bytes_per_element(name: str | DType) -> float:
+    if isinstance(name, DType):
+        return name.bits / 8
+    return _bytes_of(name)

@@ -43,11 +43,9 @@ def _wave_efficiency(tiles, sm_count):
 
 def alignment_bytes(elements, element_bytes):
     """Largest power of two (at most 16) dividing a row stride of ``elements``."""
-    b = np.asarray(elements) * element_bytes
-    out = np.full(np.shape(b), 1.0)
-    for a in (2, 4, 8, 16):
-        out = np.where(np.mod(b, a) == 0, a, out)
-    return out
+    half_bytes = (np.asarray(elements) * int(round(element_bytes * 2))).astype(np.int64)
+    lowest = half_bytes & -half_bytes  # the lowest set bit
+    return np.minimum(lowest / 2.0, float(ALIGN_BYTES))
 
 
 def gemm_alignment(op):

@@ -67,6 +67,12 @@ def _plain(x):
 
 def corner(terms, p):
     """Hard max (p None) or the p-norm of the terms, computed stably."""
+    if all(isinstance(t, (float, int)) or np.ndim(t) == 0 for t in terms):
+        vals = [float(t) for t in terms]
+        top = max(vals)
+        if p is None or top <= 0:
+            return top
+        return top * sum((v / top) ** p for v in vals) ** (1.0 / p)
     top = terms[0]
     for t in terms[1:]:
         top = np.maximum(top, t)
@@ -80,6 +86,8 @@ def corner(terms, p):
 
 
 def _bound(named: dict):
+    if all(np.ndim(v) == 0 for v in named.values()):
+        return max(named, key=lambda k: float(named[k]))
     shape = np.broadcast(*[np.asarray(v) for v in named.values()]).shape
     stack = np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in named.values()])
     idx = np.argmax(stack, axis=0)
