@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .calibration.profile import IDEAL, KernelParams, Profile
 from .errors import UserError
 from .work import Work
 
@@ -118,7 +117,7 @@ def math_flops(work: Work):
     return work.vector_flops
 
 
-def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap_aux=False,
+def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
                 memory_scale=1.0, losses=None, kernels=None, extra_s=0.0) -> Timing:
     """Time one kernel (or a fused group of kernels) from its work under parameters ``p``.
 
@@ -165,7 +164,7 @@ def kernel_time(work: Work, spec, p: KernelParams, *, compute_scale=1.0, overlap
     )
 
 
-def collective_time(op, spec, profile: Profile) -> Timing:
+def collective_time(op, spec, profile) -> Timing:
     from .ops.collectives import bus_factor
 
     w = op.work()
@@ -197,11 +196,14 @@ def collective_time(op, spec, profile: Profile) -> Timing:
     return t
 
 
-def predict(op, spec, profile: Profile | None = None) -> Timing:
+def predict(op, spec, profile=None) -> Timing:
     """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None)."""
     from . import rules
 
-    profile = profile or IDEAL
+    if profile is None:
+        from .calibration.profile import IDEAL
+
+        profile = IDEAL
     return rules.rule_for(op)(op, spec, profile)
 
 

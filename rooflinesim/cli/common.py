@@ -31,13 +31,30 @@ def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(f)
 
 
-def load_gpu(gpu: str, spec_files=()):
+def load_gpu(gpu: str, spec_files=(), fast: bool = False):
+    """The spec of ``gpu``. ``fast``: a registered name may come from the validated cache
+    (no pydantic or YAML import), which one-shot kernel predictions use."""
+    if fast and not spec_files:
+        import os
+
+        from .. import fastpath
+
+        if not (gpu.endswith((".yaml", ".yml")) or os.path.isfile(gpu)):
+            view = fastpath.spec(gpu)
+            if view is not None:
+                return view
     from ..hardware import load_spec
 
     return load_spec(gpu, spec_files=tuple(spec_files))
 
 
-def load_profile(spec, profile):
+def load_profile(spec, profile, fast: bool = False):
+    if fast:
+        from .. import fastpath
+
+        view = fastpath.profile(spec, profile)
+        if view is not None:
+            return view
     from ..calibration.profile import resolve_profile
 
     return resolve_profile(spec, profile)

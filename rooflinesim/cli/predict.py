@@ -19,8 +19,8 @@ def _report(op, gpu, spec_files, profile, as_json, title):
     from ..timing import predict as predict_op
     from ..units import format_bytes, format_rate, format_seconds
 
-    spec = load_gpu(gpu, spec_files)
-    prof = load_profile(spec, profile)
+    spec = load_gpu(gpu, spec_files, fast=True)
+    prof = load_profile(spec, profile, fast=True)
     t = predict_op(op, spec, prof)
     if as_json:
         emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),

@@ -1,0 +1,214 @@
+"""A cold-start path for one-shot CLI predictions that needs neither pydantic nor YAML.
+
+Specs and calibration profiles are validated by pydantic (``hardware.py``,
+``calibration/profile.py``) the first time they are read; the validated contents are
+then kept as JSON in a cache directory, keyed by the size and modification time of every
+spec and profile file, and read back into light attribute objects. Any change to a file,
+or an unwritable cache, sends the caller down the validating path again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+from .dtypes import dtype as _dtype
+from .dtypes import names as _dtype_names
+from .errors import UserError
+
+ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
+_VERSION = 1
+
+
+class SpecMethods:
+    """What every GPU spec object answers, validated model or cached view alike."""
+
+    def supports(self, dtype_name: str) -> bool:
+        """Whether the spec has a peak rate for matrix math in this dtype."""
+        return _dtype(dtype_name).rate in self.compute.peak_flops_per_s
+
+    def supported_dtypes(self) -> list[str]:
+        return [n for n in _dtype_names() if self.supports(n)]
+
+    def peak(self, dtype_name: str) -> float:
+        """Dense peak FLOP/s (OP/s for integers) of matrix math in ``dtype_name``."""
+        d = _dtype(dtype_name)
+        try:
+            return self.compute.peak_flops_per_s[d.rate]
+        except KeyError:
+            raise UserError(
+                f"{self.name} has no {d.name} tensor-core rate; "
+                f"it supports: {', '.join(self.supported_dtypes())}"
+            ) from None
+
+    def ridge_point(self, dtype_name: str, level: str = "hbm") -> float:
+        """Arithmetic intensity (FLOP/byte) where the roofline turns: peak / bandwidth."""
+        if level == "hbm":
+            bandwidth = self.memory.hbm_bandwidth_bytes_per_s
+        elif level == "l2":
+            bandwidth = self.memory.l2_bandwidth_bytes_per_s
+            if bandwidth is None:
+                raise UserError(f"{self.name} has no l2_bandwidth in its spec")
+        else:
+            raise UserError(f"unknown memory level '{level}'; known: hbm, l2")
+        return self.peak(dtype_name) / bandwidth
+
+    @property
+    def l2_effective_bytes(self) -> float:
+        """L2 size a kernel can use: the device-query size when known, else the datasheet's."""
+        return self.memory.l2_visible_bytes or self.memory.l2_bytes
+
+
+class SpecView(SpecMethods):
+    """A validated spec read back from the cache (same attributes as ``GpuSpec``)."""
+
+    def __init__(self, data: dict):
+        for k, v in data.items():
+            setattr(self, k, SimpleNamespace(**v) if isinstance(v, dict) else v)
+
+
+class ProfileView:
+    """A validated calibration profile read back from the cache (same queries as ``Profile``)."""
+
+    def __init__(self, data: dict, kernel_defaults: dict, collective_defaults: dict):
+        self.gpu = data.get("gpu")
+        self.kind = data.get("kind", "ideal")
+        self.provenance = data.get("provenance", {})
+        self._kernels = data.get("kernels", {})
+        self._collectives = data.get("collectives", {})
+        self._kd, self._cd = kernel_defaults, collective_defaults
+        self._seen: dict = {}
+
+    def params(self, family: str, *keys: str):
+        table = self._kernels.get(family, {})
+        for key in (*keys, "default"):
+            if key and key in table:
+                return self._view(("k", family, key), table[key], self._kd)
+        return self._view(("k", "", ""), {}, self._kd)
+
+    def collective(self, kind: str):
+        for key in (kind, "default"):
+            if key in self._collectives:
+                return self._view(("c", key), self._collectives[key], self._cd)
+        return self._view(("c", ""), {}, self._cd)
+
+    def _view(self, key, values, defaults):
+        if key not in self._seen:
+            self._seen[key] = SimpleNamespace(**{**defaults, **values})
+        return self._seen[key]
+
+
+def _cache_dir() -> Path:
+    if os.environ.get(ENV_CACHE):
+        return Path(os.environ[ENV_CACHE])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rooflinesim"
+
+
+def _bundled_dir() -> Path:
+    try:
+        from importlib.resources import files
+
+        return Path(str(files("rooflinesim.hardware_specs")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "hardware_specs"
+
+
+def _inputs() -> list[Path]:
+    """Every file the registry is built from: bundled and user specs, bundled profiles."""
+    folders = [_bundled_dir(), _bundled_dir() / "profiles"]
+    folders += [Path(d) for d in filter(None, os.environ.get("ROOFLINESIM_SPECS_DIR", "").split(os.pathsep))]
+    found = []
+    for folder in folders:
+        if folder.is_dir():
+            found += sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml"))
+    return found
+
+
+def _signature() -> str:
+    h = hashlib.sha1(f"v{_VERSION}".encode())
+    for p in _inputs():
+        st = p.stat()
+        h.update(f"{p}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def _build() -> dict:
+    """Validate every bundled and user spec and profile (the slow path), as plain data."""
+    from .calibration.profile import CollectiveParams, KernelParams, bundled_profile, bundled_profiles
+    from .hardware import aliases, load_spec, spec_names
+
+    specs = {n: load_spec(n).model_dump() for n in spec_names()}
+    lookup = {**{_key(a): c for a, c in aliases().items()}, **{_key(n): n for n in specs}}
+    profiles = {g: bundled_profile(g).model_dump() for g in bundled_profiles()}
+    return {"specs": specs, "lookup": lookup, "profiles": profiles,
+            "kernel_defaults": KernelParams().model_dump(),
+            "collective_defaults": CollectiveParams().model_dump()}
+
+
+def _key(name: str) -> str:
+    """The registry's name normalization (see ``hardware._key``)."""
+    return "-".join(str(name).strip().lower().replace("_", " ").split())
+
+
+_REGISTRY: dict | None = None
+
+
+def registry() -> dict | None:
+    """The cached registry, building and storing it when missing; None when a spec or
+    profile cannot be validated (the caller's validating path then reports why)."""
+    global _REGISTRY
+    if _REGISTRY is not None:
+        return _REGISTRY
+    path = _cache_dir() / f"registry-{_signature()}.json"
+    try:
+        _REGISTRY = json.loads(path.read_text())
+        return _REGISTRY
+    except (OSError, ValueError):
+        pass
+    try:
+        data = _build()
+    except UserError:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass  # no cache: the next run validates again
+    _REGISTRY = data
+    return data
+
+
+def spec(name: str):
+    """A cached spec view for a registered name or alias, or None (use the full path)."""
+    reg = registry()
+    if reg is None:
+        return None
+    canonical = reg["lookup"].get(_key(name))
+    return SpecView(reg["specs"][canonical]) if canonical else None
+
+
+def profile(spec_view, name: str | None):
+    """A cached profile view: ``None`` (the GPU's own, else transferred, else ideal),
+    'ideal' or a bundled GPU name; returns None for anything else (a file path)."""
+    reg = registry()
+    if reg is None:
+        return None
+    make = lambda d: ProfileView(d, reg["kernel_defaults"], reg["collective_defaults"])  # noqa: E731
+    profiles = reg["profiles"]
+    if name == "ideal":
+        return make({})
+    if name is not None:
+        return make(profiles[name]) if name in profiles else None
+    if spec_view.name in profiles:
+        return make(profiles[spec_view.name])
+    for gpu, data in sorted(profiles.items()):  # transfer from a measured GPU of the vendor
+        if data.get("provenance", {}).get("vendor", "nvidia") == spec_view.vendor:
+            prov = {**data.get("provenance", {}), "transferred_from": data.get("gpu")}
+            return make({**data, "gpu": spec_view.name, "kind": "transferred", "provenance": prov})
+    return make({})

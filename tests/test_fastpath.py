@@ -1,0 +1,57 @@
+"""The cold-start path: cached spec and profile views answer exactly as the validated
+models do, and a changed file is never read from a stale cache."""
+
+import pytest
+
+from rooflinesim import fastpath
+from rooflinesim.calibration.profile import resolve_profile
+from rooflinesim.hardware import load_spec
+from rooflinesim.ops import Attention, Collective, Gemm, MoE
+from rooflinesim.timing import predict
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(fastpath.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(fastpath, "_REGISTRY", None)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200", "a100", "mi300x", "l4"])
+@pytest.mark.parametrize("profile", [None, "ideal"])
+def test_views_predict_exactly_like_the_models(gpu, profile):
+    full_spec = load_spec(gpu)
+    full_prof = resolve_profile(full_spec, profile)
+    view = fastpath.spec(gpu)
+    prof = fastpath.profile(view, profile)
+    assert view.name == full_spec.name and prof.kind == full_prof.kind
+    ops = [Gemm(m=17, n=4097, k=4096), Gemm(m=4096, n=4096, k=4096),
+           Attention(batch=4, heads=32, kv_heads=8, seq_q=1, seq_kv=8192),
+           MoE(tokens=256, hidden=4096, ffn=14336, experts=8, top_k=2)]
+    if full_spec.interconnect.gpus_per_node >= 2:
+        ops.append(Collective(kind="allreduce", bytes=1 << 24, world_size=2))
+    for op in ops:
+        assert predict(op, view, prof).latency_s == predict(op, full_spec, full_prof).latency_s
+
+
+def test_cache_follows_file_changes(tmp_path, monkeypatch):
+    user = tmp_path / "specs"
+    user.mkdir()
+    src = next(p for p in fastpath._inputs() if p.name == "h100-sxm.yaml").read_text()
+    f = user / "my-gpu.yaml"
+    f.write_text(src.replace("name: h100-sxm", "name: my-gpu").replace("aliases: [", "aliases: [mine, "))
+    monkeypatch.setenv("ROOFLINESIM_SPECS_DIR", str(user))
+    assert fastpath.spec("mine").name == "my-gpu"
+    bw = fastpath.spec("my-gpu").memory.hbm_bandwidth_bytes_per_s
+    f.write_text(f.read_text().replace("hbm_bandwidth: 3.35 TB/s", "hbm_bandwidth: 9.9 TB/s") + "\n")
+    monkeypatch.setattr(fastpath, "_REGISTRY", None)
+    assert fastpath.spec("my-gpu").memory.hbm_bandwidth_bytes_per_s == 9.9e12 != bw
+
+
+def test_unknown_or_broken_falls_back_to_the_validating_path(tmp_path, monkeypatch):
+    assert fastpath.spec("h10") is None  # the full path then says "did you mean"
+    user = tmp_path / "specs"
+    user.mkdir()
+    (user / "bad.yaml").write_text("name: bad\n")
+    monkeypatch.setenv("ROOFLINESIM_SPECS_DIR", str(user))
+    monkeypatch.setattr(fastpath, "_REGISTRY", None)
+    assert fastpath.spec("h100") is None
