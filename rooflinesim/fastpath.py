@@ -9,9 +9,9 @@ or an unwritable cache, sends the caller down the validating path again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -129,11 +129,9 @@ def _inputs() -> list[Path]:
 
 
 def _signature() -> str:
-    h = hashlib.sha1(f"v{_VERSION}".encode())
-    for p in _inputs():
-        st = p.stat()
-        h.update(f"{p}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:20]
+    text = f"v{_VERSION}\n" + "".join(
+        f"{p}|{st.st_size}|{st.st_mtime_ns}\n" for p in _inputs() for st in [p.stat()])
+    return f"{zlib.crc32(text.encode()):08x}{len(text):06x}"
 
 
 def _build() -> dict:
@@ -178,6 +176,9 @@ def registry() -> dict | None:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(path)
+        for old in path.parent.glob("registry-*.json"):  # registries of files since changed
+            if old != path:
+                old.unlink(missing_ok=True)
     except OSError:
         pass  # no cache: the next run validates again
     _REGISTRY = data

@@ -55,3 +55,20 @@ def test_unknown_or_broken_falls_back_to_the_validating_path(tmp_path, monkeypat
     monkeypatch.setenv("ROOFLINESIM_SPECS_DIR", str(user))
     monkeypatch.setattr(fastpath, "_REGISTRY", None)
     assert fastpath.spec("h100") is None
+
+
+def test_second_cold_prediction_imports_no_validation_stack(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "sys.argv = ['rooflinesim', 'predict', 'gemm', '--gpu', 'h200', '-m', '64', '-n', '64', '-k', '64']\n"
+            "from rooflinesim.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('pydantic', 'yaml', 'sympy', 'scipy', 'plotly') if m in sys.modules], file=sys.stderr)\n")
+    env = {**__import__("os").environ, fastpath.ENV_CACHE: str(tmp_path / "c")}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "pydantic" in first.stderr  # the first run validates and fills the cache
+    assert second.stderr.strip().splitlines()[-1] == "[]"
+    assert "latency" in second.stdout
