@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -77,17 +76,10 @@ def sweep_points(model, gpu, deploy, phase, n, repeats):
 
 
 def cold_cli(runs: int) -> float:
-    code = ("import sys; from rooflinesim.cli.predict import predict; "
-            "from rooflinesim.cli.model import register; register(predict); "
-            "from rooflinesim.cli.main import main; main(sys.argv[1:])")
-    cmd = [sys.executable, "-c", code, "predict", "model", "--model", "llama-3-70b", "--gpu", "h100",
-           "--tp", "4", "--batch", "32", "--prompt", "2048", "--gen", "256", "--weights", "fp8"]
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    from bench_predict import cold_cli as run_cold
+
+    return run_cold(runs, ["predict", "model", "--model", "llama-3-70b", "--gpu", "h100", "--tp", "4",
+                           "--batch", "32", "--prompt", "2048", "--gen", "256", "--weights", "fp8"])
 
 
 def main() -> None:

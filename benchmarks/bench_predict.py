@@ -42,12 +42,15 @@ def vectorized_gemm(n: int, profile: str | None, repeats: int = 5) -> float:
     return n / best
 
 
-def cold_cli(runs: int = 7) -> float:
+GEMM_ARGS = ["predict", "gemm", "--gpu", "h100", "-m", "4096", "-n", "4096", "-k", "4096"]
+
+
+def cold_cli(runs: int = 7, args=GEMM_ARGS) -> float:
     """Median wall time of the installed `rooflinesim` command (the first run, which may
     build the spec cache, is left out)."""
     exe = Path(sys.executable).with_name("rooflinesim")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rooflinesim.cli.main"]
-    cmd += ["predict", "gemm", "--gpu", "h100", "-m", "4096", "-n", "4096", "-k", "4096"]
+    cmd += list(args)
     subprocess.run(cmd, check=True, capture_output=True)
     times = []
     for _ in range(runs):
