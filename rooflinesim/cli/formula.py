@@ -14,7 +14,9 @@ import click
 @click.option("-n", type=click.IntRange(min=1), default=4096, show_default=True)
 @click.option("-k", type=click.IntRange(min=1), default=4096, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True)
-def formula(family, latex, crossover_gpu, n, k, dtype):
+@click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra GPU spec YAML file(s) to register (repeatable).")
+def formula(family, latex, crossover_gpu, n, k, dtype, spec_files):
     """Formulas of a kernel family, as sympy derives them from the cost model."""
     import sympy as sp
 
@@ -27,6 +29,6 @@ def formula(family, latex, crossover_gpu, n, k, dtype):
     if crossover_gpu:
         from ..hardware import load_spec
 
-        spec = load_spec(crossover_gpu)
+        spec = load_spec(crossover_gpu, spec_files=tuple(spec_files))
         m = formulas.crossover_tokens(spec, n, k, dtype)
         click.echo(f"memory-bound below m = {m:.1f} tokens for a {n}x{k} {dtype} Linear on {spec.name}")
