@@ -98,7 +98,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
     fc, fm = _alignment_factors(op, p)
-    if np.any(fc != 1.0) or np.any(fm != 1.0):
+    if (np.asarray(fc) != 1.0).any() or (np.asarray(fm) != 1.0).any():
         losses["misalignment"] = 1 / fc
     kernels = split_k_kernels(op, p)
     if p.split_k_ratio:

@@ -142,8 +142,8 @@ def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
         hbm = hbm + p.memory_latency_s * -np.expm1(-np.asarray(work.hbm_bytes) / p.memory_latency_bytes)
     l2_bw = spec.memory.l2_bandwidth_bytes_per_s
     l2 = work.l2_bytes / (l2_bw * p.l2_efficiency) if (l2_bw and p.l2_efficiency) else 0.0 * hbm
-    body = corner([compute, hbm, l2, extra_s], p.corner) if np.any(extra_s) else corner(
-        [compute, hbm, l2], p.corner)
+    has_extra = bool(np.asarray(extra_s).any()) if not isinstance(extra_s, float) else extra_s != 0.0
+    body = corner([compute, hbm, l2, extra_s] if has_extra else [compute, hbm, l2], p.corner)
     launch = (work.kernels if kernels is None else kernels) * p.launch_s
     if p.compute_efficiency < 1:
         losses["compute_efficiency"] = 1 / p.compute_efficiency

@@ -54,10 +54,17 @@ def op_names() -> list[str]:
 def check_positive(**values) -> None:
     """Sizes must be positive whole numbers (checked for numbers and arrays, not symbols)."""
     for name, v in values.items():
-        if v is None or is_symbolic(v):
+        if v is None:
+            continue
+        if type(v) is int:  # the common scalar case, without numpy
+            if v > 0:
+                continue
+            raise UserError(f"{name} must be a positive number (got {v!r})")
+        if is_symbolic(v):
             continue
         a = np.asarray(v)
-        if a.dtype.kind not in "iuf" or np.any(~np.isfinite(a)) or np.any(a <= 0):
+        ok = a.dtype.kind in "iu" or (a.dtype.kind == "f" and bool(np.isfinite(a).all()))
+        if not ok or not bool((a > 0).all()):
             raise UserError(f"{name} must be a positive number (got {v!r})")
 
 
