@@ -31,6 +31,7 @@ cli.add_command(predict)
 def _register_lazy():
     from .fit import fit
     from .model import register
+    from .roofline import roofline
     from .formula import formula
     from .measure import calibrate, harness, validate
 
@@ -40,6 +41,7 @@ def _register_lazy():
     cli.add_command(validate)
     cli.add_command(fit)
     register(predict)
+    cli.add_command(roofline)
 
 
 _register_lazy()

@@ -57,8 +57,10 @@ def calibrate(files, gpu, spec_files, output, force, folds):
 @gpu_options
 @click.option("--profile", default=None, help="Profile to validate (default: the GPU's own).")
 @click.option("--worst", type=click.IntRange(min=0), default=8, show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Also write a predicted-vs-measured chart (self-contained HTML).")
 @json_option
-def validate(files, gpu, spec_files, profile, worst, as_json):
+def validate(files, gpu, spec_files, profile, worst, plot, as_json):
     """Predict measured records and report the error per op."""
     from ..calibration import records
     from ..calibration.validate import validate as run_validate
@@ -67,6 +69,10 @@ def validate(files, gpu, spec_files, profile, worst, as_json):
     prof = load_profile(spec, profile)
     meas = records.load(files)
     rep = run_validate(meas, spec, prof, profile or profile_label(prof))
+    if plot:
+        from ..charts import validation_figure, write_html
+
+        write_html(validation_figure(rep), plot)
     if as_json:
         emit_json(rep.as_dict(worst))
         return

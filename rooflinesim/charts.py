@@ -1,0 +1,174 @@
+"""Roofline charts (plotly): where each kernel of a model sits against a GPU's compute and
+bandwidth ceilings, datasheet and calibrated, and predicted-vs-measured validation plots.
+
+The figures are built from the same predictions the CLI prints (``predict_model`` for a
+model, ``validate`` for measurements); HTML output embeds plotly.js, so it opens offline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .units import format_bytes, format_rate, format_seconds
+
+PHASE_COLORS = {"prefill": "#1f77b4", "decode": "#d62728"}
+GPU_DASH = ["solid", "dash", "dot", "dashdot"]
+CEILING_DTYPES = ("fp8", "bf16", "fp32")
+X_RANGE = (1e-2, 1e5)  # FLOP per byte
+
+
+def _ceiling_traces(spec, profile, dash: str, show_calibrated: bool, index: int = 0) -> list:
+    """Datasheet ceilings (peak per dtype, HBM and L2 slopes) and, distinctly, the
+    calibrated (achievable) ones; ridge points labelled."""
+    traces = []
+    x0, x1 = X_RANGE
+    hbm = spec.memory.hbm_bandwidth_bytes_per_s
+    l2 = spec.memory.l2_bandwidth_bytes_per_s
+    for dt in CEILING_DTYPES:
+        if not spec.supports(dt):
+            continue
+        peak = spec.peak(dt)
+        ridge = peak / hbm
+        traces.append(go.Scatter(
+            x=[x0, ridge, x1], y=[hbm * x0, peak, peak], mode="lines+text",
+            line={"dash": dash, "width": 2}, name=f"{spec.name} {dt} peak + HBM",
+            text=["", f"{spec.name} ridge {ridge:.0f} FLOP/B" if dt == "bf16" else "", ""],
+            textposition=("bottom right", "top left", "bottom left", "top right")[index % 4],
+            textfont={"size": 10},
+            hovertemplate=f"{spec.name} {dt}: {format_rate(peak, 'FLOP/s')}, "
+                          f"HBM {format_rate(hbm, 'B/s')}, ridge {ridge:.1f} FLOP/B<extra></extra>",
+            legendgroup=spec.name, meta={"kind": "datasheet", "gpu": spec.name, "dtype": dt,
+                                         "peak_flop_per_s": peak, "ridge_flop_per_byte": ridge}))
+        if show_calibrated and profile is not None and profile.kind != "ideal":
+            p = profile.params("gemm", dt)
+            c = profile.params("memory", "copy")
+            apeak, abw = peak * p.compute_efficiency, hbm * c.memory_efficiency
+            traces.append(go.Scatter(
+                x=[x0, apeak / abw, x1], y=[abw * x0, apeak, apeak], mode="lines",
+                line={"dash": "dot", "width": 1}, opacity=0.7,
+                name=f"{spec.name} {dt} calibrated", legendgroup=spec.name,
+                hovertemplate=f"{spec.name} {dt} achievable: {format_rate(apeak, 'FLOP/s')}, "
+                              f"{format_rate(abw, 'B/s')}<extra></extra>",
+                meta={"kind": "calibrated", "gpu": spec.name, "dtype": dt,
+                      "peak_flop_per_s": apeak, "bandwidth_bytes_per_s": abw}))
+    if l2:
+        top = max(spec.peak(d) for d in CEILING_DTYPES if spec.supports(d))
+        traces.append(go.Scatter(
+            x=[x0, top / l2], y=[l2 * x0, top], mode="lines", line={"dash": "longdash", "width": 1},
+            name=f"{spec.name} L2 {format_rate(l2, 'B/s')}"
+                 + (" (estimate)" if spec.memory.l2_bandwidth_estimated else ""),
+            legendgroup=spec.name, meta={"kind": "l2", "gpu": spec.name, "bandwidth_bytes_per_s": l2}))
+    return traces
+
+
+SYMBOLS = ["circle", "diamond", "square", "triangle-up"]
+
+
+def _op_points(prediction, gpu: str, index: int = 0) -> list:
+    traces = []
+    for phase in ("prefill", "decode"):
+        rows = [r for r in getattr(prediction, phase).table() if r["flops"] > 0 and r["hbm_bytes"] > 0]
+        if not rows:
+            continue
+        total = sum(r["time_s"] for r in rows)
+        x = [r["flops"] / r["hbm_bytes"] for r in rows]
+        y = [r["flops"] / r["time_s"] for r in rows]
+        size = [8 + 40 * np.sqrt(r["time_s"] / total) for r in rows]
+        text = [f"{r['op']} ({phase}, {gpu})<br>runs per forward: {r['count']:.0f}<br>"
+                f"FLOPs {r['flops']:.3g}, bytes {format_bytes(r['hbm_bytes'], binary=False)}<br>"
+                f"time {format_seconds(r['time_s'])} ({100 * r['time_s'] / total:.1f}%), bound {r['bound']}"
+                for r in rows]
+        traces.append(go.Scatter(
+            x=x, y=y, mode="markers", name=f"{phase} ops ({gpu})",
+            marker={"size": size, "color": PHASE_COLORS[phase], "opacity": 0.75,
+                    "symbol": SYMBOLS[index % len(SYMBOLS)],
+                    "line": {"width": 1, "color": "white"}},
+            text=text, hovertemplate="%{text}<extra></extra>",
+            customdata=[r["op"] for r in rows], meta={"kind": "ops", "phase": phase, "gpu": gpu}))
+    return traces
+
+
+def _measured_points(records) -> list:
+    from .calibration.records import to_op, Unpredictable
+    from .errors import UserError
+    from .timing import math_flops
+
+    xs, ys, text = [], [], []
+    for r in records:
+        try:
+            w = to_op(r).work()
+        except (Unpredictable, UserError):
+            continue
+        f, b = float(np.asarray(math_flops(w))), float(np.asarray(w.hbm_bytes))
+        if f <= 0 or b <= 0:
+            continue
+        xs.append(f / b)
+        ys.append(f / r["measured_s"])
+        text.append(f"measured {r['op']} {r.get('dtype', '')}: {format_seconds(r['measured_s'])}")
+    if not xs:
+        return []
+    return [go.Scatter(x=xs, y=ys, mode="markers", name="measured", text=text,
+                       hovertemplate="%{text}<extra></extra>",
+                       marker={"symbol": "x", "size": 7, "color": "#2ca02c"}, meta={"kind": "measured"})]
+
+
+def roofline_figure(gpus, predictions, measured=None, title: str = "") -> go.Figure:
+    """``gpus``: (spec, profile) pairs; ``predictions``: a model prediction per GPU."""
+    fig = go.Figure()
+    for i, ((spec, profile), pred) in enumerate(zip(gpus, predictions)):
+        for t in _ceiling_traces(spec, profile, GPU_DASH[i % len(GPU_DASH)], True, i):
+            fig.add_trace(t)
+        for t in _op_points(pred, spec.name, i):
+            fig.add_trace(t)
+    for t in _measured_points(measured or []):
+        fig.add_trace(t)
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte of HBM traffic)",
+                     range=[np.log10(X_RANGE[0]), np.log10(X_RANGE[1])])
+    fig.update_yaxes(type="log", title="attained FLOP/s", exponentformat="SI")
+    fig.update_layout(title=title, template="plotly_white", width=1100, height=700,
+                      legend={"font": {"size": 10}})
+    return fig
+
+
+def validation_figure(report) -> go.Figure:
+    """Predicted against measured, log-log, with y = x and ±10% / ±20% bands, by op."""
+    fig = go.Figure()
+    rows = report.rows
+    lo = min((min(r["measured_s"], r["predicted_s"]) for r in rows), default=1e-6) / 2
+    hi = max((max(r["measured_s"], r["predicted_s"]) for r in rows), default=1e-3) * 2
+    for band, dash in ((0.2, "dot"), (0.1, "dash")):
+        for sign in (1, -1):
+            fig.add_trace(go.Scatter(x=[lo, hi], y=[lo * (1 + sign * band), hi * (1 + sign * band)],
+                                     mode="lines", line={"dash": dash, "color": "grey", "width": 1},
+                                     name=f"±{band:.0%}", showlegend=sign == 1,
+                                     meta={"kind": "band", "band": band}))
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "black"},
+                             name="y = x", meta={"kind": "identity"}))
+    for op in sorted({r["op"] for r in rows}):
+        sel = [r for r in rows if r["op"] == op]
+        fig.add_trace(go.Scatter(
+            x=[r["measured_s"] for r in sel], y=[r["predicted_s"] for r in sel], mode="markers",
+            name=op, text=[f"{r['case']}<br>error {100 * r['error']:+.1f}%" for r in sel],
+            hovertemplate="%{text}<extra></extra>", marker={"size": 6, "opacity": 0.7},
+            meta={"kind": "points", "op": op}))
+    fig.update_xaxes(type="log", title="measured (s)", exponentformat="SI")
+    fig.update_yaxes(type="log", title="predicted (s)", exponentformat="SI")
+    fig.update_layout(title=f"{report.gpu}: predicted vs measured [{report.profile}]",
+                      template="plotly_white", width=900, height=800)
+    return fig
+
+
+def write_html(fig: go.Figure, path) -> None:
+    """Self-contained HTML (plotly.js embedded, no CDN)."""
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+
+
+def write_png(fig: go.Figure, path) -> None:
+    from .errors import UserError
+
+    try:
+        fig.write_image(str(path))
+    except Exception as e:  # kaleido or a browser missing
+        raise UserError(f"cannot write {path}: PNG export needs kaleido and Chromium "
+                        f"({str(e).splitlines()[0][:120]})") from None

@@ -1,0 +1,69 @@
+"""`rooflinesim roofline`: the roofline chart of a model on one or more GPUs."""
+
+from __future__ import annotations
+
+import click
+
+from .common import load_gpu, load_profile
+
+POS = click.IntRange(min=1)
+
+
+@click.command()
+@click.option("--model", "model_name", required=True, help="Preset name, HF id, or a config.json path.")
+@click.option("--gpu", "gpus", multiple=True, default=("h100",), show_default=True,
+              help="GPU name (repeat to overlay several GPUs).")
+@click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra GPU spec YAML file(s) to register (repeatable).")
+@click.option("--profile", default=None, help="Calibration profile (default: each GPU's own).")
+@click.option("--tp", type=POS, default=1, show_default=True)
+@click.option("--batch", type=POS, default=8, show_default=True)
+@click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens (prefill).")
+@click.option("--context", type=POS, default=4096, show_default=True,
+              help="Context reached in decode (prompt + generated tokens).")
+@click.option("--weights", default="bf16", show_default=True)
+@click.option("--kv-dtype", default=None)
+@click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
+              help="Harness measurements (JSON Lines) to overlay.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="HTML file to write (self-contained, opens offline).")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Also write a PNG (needs kaleido and Chromium).")
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, weights, kv_dtype,
+             measured, output, png, force):
+    """Draw every op of prefill and decode against the GPU's ceilings."""
+    from pathlib import Path
+
+    from ..charts import roofline_figure, write_html, write_png
+    from ..errors import UserError
+    from ..models.config import load_config
+    from ..models.deploy import Deployment
+    from ..models.workload import predict_model
+
+    for path in filter(None, (output, png)):
+        if Path(path).exists() and not force:
+            raise UserError(f"{path} exists; pass --force to overwrite it")
+    if context <= prompt:
+        raise UserError(f"--context ({context}) must exceed --prompt ({prompt})")
+    cfg = load_config(model_name)
+    d = Deployment(tp=tp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower())
+    pairs, preds = [], []
+    for gpu in gpus:
+        spec = load_gpu(gpu, spec_files)
+        prof = load_profile(spec, profile)
+        pairs.append((spec, prof))
+        preds.append(predict_model(cfg, spec, prof, d, batch=batch, prompt=prompt, gen=context - prompt))
+    records = []
+    if measured:
+        from ..calibration.records import load
+
+        records = load(measured).records
+    fig = roofline_figure(pairs, preds, records,
+                          title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
+                                f"decode to {context} ({weights} weights)")
+    write_html(fig, output)
+    click.echo(f"wrote {output}")
+    if png:
+        write_png(fig, png)
+        click.echo(f"wrote {png}")
