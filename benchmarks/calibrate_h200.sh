@@ -9,3 +9,5 @@ d=benchmarks/measurements/h200-sxm
 rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl --gpu h200-sxm \
   -o hardware_specs/profiles/h200-sxm.yaml --force
 rooflinesim validate "$d"/holdout.jsonl "$d"/decoder-layers.jsonl --gpu h200-sxm --worst 5
+rooflinesim validate "$d"/holdout.jsonl "$d"/decoder-layers.jsonl --gpu h200-sxm --worst 0 --by mode
+rooflinesim validate "$d"/holdout.jsonl --gpu h200-sxm --worst 0 --by backend

@@ -129,3 +129,12 @@ def test_shipped_h200_profile_on_held_out_measurements():
     assert rep.ops["decoder_layer"]["median_ape"] < 0.07
     assert rep.ops["gemm"]["median_ape"] < 0.10
     assert rep.ops["allreduce"]["median_ape"] < 0.07
+
+
+def test_validate_splits_by_a_record_field():
+    meas = records.load([H200_DATA / "decoder-layers.jsonl"])
+    spec = load_spec("h200")
+    rep = validate(meas, spec, load_profile_file(ROOT / "hardware_specs" / "profiles" / "h200-sxm.yaml"),
+                   "h200-sxm", by="mode")
+    assert set(rep.ops) == {"decoder_layer/prefill", "decoder_layer/decode"}
+    assert sum(s["n"] for s in rep.ops.values()) == len(rep.rows)

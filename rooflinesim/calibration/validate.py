@@ -86,7 +86,8 @@ def predict_records(records: list[dict], spec, profile):
     return result
 
 
-def validate(meas: Measurements, spec, profile, profile_name: str) -> Report:
+def validate(meas: Measurements, spec, profile, profile_name: str, by: str | None = None) -> Report:
+    """``by``: a record field (mode, backend, dtype, ...) that splits each op's statistics."""
     rep = Report(gpu=spec.name, profile=profile_name)
     by_op: dict[str, list[float]] = {}
     for rec, pred, reason in predict_records(meas.records, spec, profile):
@@ -94,7 +95,8 @@ def validate(meas: Measurements, spec, profile, profile_name: str) -> Report:
             rep.skipped.append({"source": rec.get("_source"), "op": rec["op"], "reason": reason})
             continue
         err = pred / rec["measured_s"] - 1
-        by_op.setdefault(rec["op"], []).append(err)
+        key = rec["op"] if by is None or by not in rec else f"{rec['op']}/{rec[by]}"
+        by_op.setdefault(key, []).append(err)
         rep.rows.append({"op": rec["op"], "case": _case(rec), "measured_s": rec["measured_s"],
                          "predicted_s": pred, "error": err, "source": rec.get("_source")})
     for rec in meas.failed:

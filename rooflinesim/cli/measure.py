@@ -57,10 +57,12 @@ def calibrate(files, gpu, spec_files, output, force, folds):
 @gpu_options
 @click.option("--profile", default=None, help="Profile to validate (default: the GPU's own).")
 @click.option("--worst", type=click.IntRange(min=0), default=8, show_default=True)
+@click.option("--by", default=None, metavar="FIELD",
+              help="Split each op's statistics by a record field, e.g. mode, backend or dtype.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Also write a predicted-vs-measured chart (self-contained HTML).")
 @json_option
-def validate(files, gpu, spec_files, profile, worst, plot, as_json):
+def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
     """Predict measured records and report the error per op."""
     from ..calibration import records
     from ..calibration.validate import validate as run_validate
@@ -68,7 +70,7 @@ def validate(files, gpu, spec_files, profile, worst, plot, as_json):
     spec = load_gpu(gpu, spec_files)
     prof = load_profile(spec, profile)
     meas = records.load(files)
-    rep = run_validate(meas, spec, prof, profile or profile_label(prof))
+    rep = run_validate(meas, spec, prof, profile or profile_label(prof), by=by)
     if plot:
         from ..charts import validation_figure, write_html
 
