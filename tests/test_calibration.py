@@ -6,12 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from helpers import run_cli as cli
 
 from rooflinesim.calibration import fit, records
 from rooflinesim.calibration.profile import IDEAL, KernelParams, Profile, load_profile_file
 from rooflinesim.calibration.validate import validate
-from rooflinesim.cli.main import main
 from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec, load_spec_file
 from rooflinesim.ops import Gemm
@@ -20,18 +19,6 @@ from rooflinesim.timing import predict
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SPEC = ROOT / "tests" / "data" / "cpu-2core.yaml"
 H200_DATA = ROOT / "benchmarks" / "measurements" / "h200-sxm"
-
-
-class _Main:
-    name = "rooflinesim"
-
-    def main(self, args=None, prog_name=None, **kw):
-        main(args)
-
-
-def cli(args):
-    r = CliRunner().invoke(_Main(), args)
-    return r.exit_code, r.stdout, r.stderr
 
 
 def test_cpu_loop_measure_fit_validate(tmp_path):

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from helpers import run_cli as cli
 
 from rooflinesim.calibration import records
 from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.calibration.validate import validate
 from rooflinesim.charts import roofline_figure, validation_figure
-from rooflinesim.cli.main import main
 from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.workload import predict_model
@@ -21,18 +20,6 @@ from rooflinesim.models.workload import predict_model
 ROOT = Path(__file__).resolve().parents[1]
 H200_DATA = ROOT / "benchmarks" / "measurements" / "h200-sxm"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class _Main:
-    name = "rooflinesim"
-
-    def main(self, args=None, prog_name=None, **kw):
-        main(args)
-
-
-def cli(args):
-    r = CliRunner().invoke(_Main(), args)
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,7 @@
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from rooflinesim.cli.main import cli, main
-
-
-def run(args):
-    """Run through main() so error handling is the real one; return (code, out, err)."""
-    runner = CliRunner()
-    result = runner.invoke(_Main(), args)
-    return result.exit_code, result.stdout, result.stderr
-
-
-class _Main:
-    """Adapter so CliRunner drives main() (which maps errors to exit codes)."""
-
-    name = "rooflinesim"
-
-    def main(self, args=None, prog_name=None, **kw):
-        main(args)
+from helpers import run_cli as run
 
 
 def test_predict_gemm_json_fields():
