@@ -23,4 +23,4 @@ def test_notebook_runs(path):
 
 
 def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 3
+    assert len(NOTEBOOKS) >= 4
