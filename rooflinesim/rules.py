@@ -16,6 +16,7 @@ from .ops.sequence import Sequence
 from .timing import Timing, collective_time, kernel_time, sum_timings
 
 ALIGN_BYTES = 16
+VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 # formats with no fitted parameters of their own take those of the nearest measured one:
 # w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
 # to bf16 math, fp64 runs like fp32
@@ -130,7 +131,8 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 
 def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
-    p = profile.params("attention", op.backend or "", op.variant)
+    # an unmeasured backend (or none named) takes the measured backend of its variant
+    p = profile.params("attention", op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
     scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
     sms = spec.chip.sm_count
     rows = op.batch * op.heads * op.seq_q
