@@ -101,6 +101,18 @@ class ProfileView:
         return self._seen[key]
 
 
+def transfer(profiles: dict, spec_name: str, vendor: str):
+    """The one rule for GPUs nobody measured: the first measured GPU (by name) of the same
+    vendor lends its fitted profile. ``profiles`` maps GPU name -> provenance; returns
+    (donor name, the fields that make the donor's profile the target's), or None."""
+    for gpu in sorted(profiles):
+        prov = profiles[gpu] or {}
+        if prov.get("vendor", "nvidia") == vendor:
+            return gpu, {"gpu": spec_name, "kind": "transferred",
+                         "provenance": {**prov, "transferred_from": gpu}}
+    return None
+
+
 def _cache_dir() -> Path:
     if os.environ.get(ENV_CACHE):
         return Path(os.environ[ENV_CACHE])
@@ -208,8 +220,6 @@ def profile(spec_view, name: str | None):
         return make(profiles[name]) if name in profiles else None
     if spec_view.name in profiles:
         return make(profiles[spec_view.name])
-    for gpu, data in sorted(profiles.items()):  # transfer from a measured GPU of the vendor
-        if data.get("provenance", {}).get("vendor", "nvidia") == spec_view.vendor:
-            prov = {**data.get("provenance", {}), "transferred_from": data.get("gpu")}
-            return make({**data, "gpu": spec_view.name, "kind": "transferred", "provenance": prov})
-    return make({})
+    found = transfer({g: d.get("provenance") for g, d in profiles.items()}, spec_view.name,
+                     spec_view.vendor)
+    return make({**profiles[found[0]], **found[1]}) if found else make({})

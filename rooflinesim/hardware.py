@@ -27,8 +27,6 @@ from pydantic import (
     model_validator,
 )
 
-from .dtypes import dtype as _dtype
-from .dtypes import names as _dtype_names
 from .fastpath import SpecMethods
 from .errors import UnknownName, UserError, did_you_mean
 from .units import parse_quantity

@@ -8,7 +8,7 @@ counts only in :mod:`rooflinesim.timing`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 Number = Any  # int, float, numpy array or sympy expression
@@ -83,9 +83,6 @@ class Work:
         out.update({n: getattr(self, n) for n in _SCALAR_FIELDS})
         return out
 
-    def with_(self, **changes) -> "Work":
-        return replace(self, **changes)
-
 
 ZERO = Work()
 
@@ -97,6 +94,3 @@ def total(works) -> Work:
         out = out + w
     return out
 
-
-def field_names() -> list[str]:
-    return [f.name for f in fields(Work)]

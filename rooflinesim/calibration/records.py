@@ -110,7 +110,3 @@ def to_op(rec: dict):
         raise Unpredictable(str(e)) from None
     raise Unpredictable(f"no model for op '{op}'")
 
-
-FAMILY_OF = {"gemm": "gemm", "attention": "attention", "moe": "moe", "copy": "memory",
-             "rmsnorm": "memory", "decoder_layer": "decoder_layer",
-             **{c: "collective" for c in COLLECTIVES}}

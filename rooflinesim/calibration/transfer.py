@@ -8,16 +8,12 @@ from .profile import IDEAL, Profile, bundled_profile, bundled_profiles
 
 
 def transferred_profile(spec) -> Profile:
-    donors = []
-    for name in bundled_profiles():
-        prof = bundled_profile(name)
-        if prof is not None and prof.provenance.get("vendor", "nvidia") == spec.vendor:
-            donors.append(prof)
-    if not donors:
+    from ..fastpath import transfer
+
+    profiles = {name: bundled_profile(name) for name in bundled_profiles()}
+    found = transfer({n: p.provenance for n, p in profiles.items() if p is not None},
+                     spec.name, spec.vendor)
+    if found is None:
         return IDEAL
-    donor = donors[0]
-    return donor.model_copy(update={
-        "gpu": spec.name,
-        "kind": "transferred",
-        "provenance": {**donor.provenance, "transferred_from": donor.gpu},
-    })
+    donor, update = found
+    return profiles[donor].model_copy(update=update)
