@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -56,12 +56,21 @@ random)
      --out "$out/eager-quick.jsonl" --time-budget 300 >>"$out/log-gpu1.txt" 2>&1) &
   wait
   ;;
+focus)
+  # targeted calibration cases, and a second held-out set from a new seed
+  on_gpu 0 330 holdout2.jsonl holdout2 &
+  on_gpu 1 360 calib-focus.jsonl focus &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout2 --out "$out/holdout2.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 case $phase in
   smoke) keep_only quick.jsonl calib-memory-moe.jsonl collectives.jsonl ;;
   main) keep_only calib-gemm.jsonl holdout.jsonl calib-attention.jsonl decoder-layers.jsonl ;;
   random) keep_only calib-random.jsonl eager-quick.jsonl ;;
+  focus) keep_only calib-focus.jsonl holdout2.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

@@ -408,6 +408,59 @@ def random_suite(seed=4242):
     return [c for c in cases if c["op"] != "rmsnorm" or c["tokens"] * c["hidden"] * 2 <= RMSNORM_MAX_BYTES]
 
 
+def _misaligned(x, rng):
+    """x moved off every multiple of 8 (odd or 2 mod 4), as odd layer sizes are."""
+    return x + 1 if x % 8 == 0 else x if rng.random() < 0.5 or x % 2 else x + 1
+
+
+def focus_suite(seed=5151):
+    """Calibration cases for the regimes random shapes sample thinly: short queries
+    (2-64 tokens) against caches, short causal prefills, misaligned GEMMs of every
+    size, RMSNorm rows and MoE layers. Its seed is used by no other suite."""
+    rng = random.Random(seed)
+    cases = []
+    while sum(c["op"] == "attention" for c in cases) < 300:
+        d = rng.choice((64, 96, 128, 128, 192, 256))
+        h = rng.choice((4, 8, 12, 16, 24, 32, 40, 64))
+        kv = rng.choice([x for x in (1, 2, 4, 8, h) if h % x == 0])
+        b = rng.choice((1, 1, 2, 3, 4, 8, 16, 32))
+        dt = rng.choice(("bf16", "bf16", "fp16"))
+        backend = rng.choice(ATTENTION_BACKENDS)
+        if rng.random() < 0.3:  # short causal prefill
+            s = _log_uniform(rng, 16, 1024)
+            cases.append(attention(b, h, kv, s, s, d, True, dt, backend))
+        else:  # a few query tokens (decode, speculative) against a cache
+            sq = rng.choice((1, 1, 2, 3, 4, 5, 8, 16, 32, 64))
+            skv = _log_uniform(rng, 64, 65536)
+            if _kv_bytes(b, kv, skv, d) <= 4 * GIB:
+                cases.append(attention(b, h, kv, sq, max(skv, sq), d, False, dt, backend))
+    while sum(c["op"] == "gemm" for c in cases) < 200:
+        m = _log_uniform(rng, 1, 16384)
+        n, k = _log_uniform(rng, 32, 32768), _log_uniform(rng, 32, 32768)
+        which = rng.random()
+        if which < 0.4:
+            k = _misaligned(k, rng)
+        elif which < 0.7:
+            n = _misaligned(n, rng)
+        else:
+            n, k = _misaligned(n, rng), _misaligned(k, rng)
+        c = gemm(m, n, k, rng.choice(("bf16", "bf16", "bf16", "fp16", "tf32")))
+        if _gemm_fits(c):
+            cases.append(c)
+    cases += [rmsnorm(_log_uniform(rng, 1, 65536), rng.choice(
+        (896, 1536, 2048, 2304, 3072, 3584, 4096, 5120, 7168, 8192, 12288)))
+        for _ in range(60)]
+    while sum(c["op"] == "moe" for c in cases) < 30:
+        hd = rng.choice((1024, 2048, 2560, 3072, 4096, 5120, 7168))
+        f = rng.choice((256, 512, 768, 1024, 1408, 2048, 4096, 8192))
+        e = rng.choice((8, 16, 32, 60, 64, 128))
+        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        if 2 * e * 3 * f * hd <= 24 * GIB:
+            cases.append(moe(_log_uniform(rng, 1, 8192), hd, f, e, k,
+                             rng.choice(("random", "random", "balanced"))))
+    return [c for c in cases if c["op"] != "rmsnorm" or c["tokens"] * c["hidden"] * 2 <= RMSNORM_MAX_BYTES]
+
+
 def cpu_tiny_suite():
     """numpy cases for a CPU and for CI: finishes in seconds on two cores."""
     cases = [{"op": "gemm", "dtype": "fp32", "m": m, "n": n, "k": k, "batch": 1, "backend": "numpy"}
@@ -433,6 +486,8 @@ _SUITES = {
     "decoder": decoder_suite,
     "holdout": holdout_suite,
     "random": random_suite,
+    "focus": focus_suite,
+    "holdout2": lambda: holdout_suite(seed=27182),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
