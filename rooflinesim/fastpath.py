@@ -89,6 +89,11 @@ class ProfileView:
                 return self._view(("k", family, key), table[key], self._kd)
         return self._view(("k", "", ""), {}, self._kd)
 
+    def find(self, family: str, *keys: str):
+        table = self._kernels.get(family, {})
+        key = next((k for k in keys if k in table), None)
+        return None if key is None else self._view(("k", family, key), table[key], self._kd)
+
     def collective(self, kind: str):
         for key in (kind, "default"):
             if key in self._collectives:

@@ -49,31 +49,59 @@ def alignment_bytes(elements, element_bytes):
     return np.minimum(lowest / 2.0, float(ALIGN_BYTES))
 
 
+def _k_alignment(op):
+    act, wt, _, _ = FORMATS[op.dtype]
+    return np.minimum(alignment_bytes(op.k, bytes_per_element(act)),
+                      alignment_bytes(op.k, bytes_per_element(wt)))
+
+
+def _n_alignment(op):
+    return alignment_bytes(op.n, bytes_per_element(FORMATS[op.dtype][2]))
+
+
 def gemm_alignment(op):
     """Byte alignment of the narrowest row stride of a row-major GEMM: A and W have k
     elements per row, C has n. TMA (Hopper's fast path) needs 16 bytes."""
-    act, wt, out, _ = FORMATS[op.dtype]
-    a = np.minimum(alignment_bytes(op.k, bytes_per_element(act)),
-                   alignment_bytes(op.k, bytes_per_element(wt)))
-    return np.minimum(a, alignment_bytes(op.n, bytes_per_element(out)))
+    return np.minimum(_k_alignment(op), _n_alignment(op))
+
+
+def _class_factor(a, full, align8, align2):
+    return np.where(a >= 16, full, np.where(a >= 4, align8, align2))
 
 
 def _alignment_factors(op, p):
-    """(compute factor, memory factor) by alignment class: 16 B, 4-8 B, 2 B or less."""
+    """(compute factor, HBM time scale) by alignment class: 16 B, 4-8 B, 2 B or less.
+    The kernel (and its compute rate) follows the narrowest stride; the bandwidth loss
+    falls on the operands whose rows are misaligned: A and W by k, C by n."""
     a = gemm_alignment(op)
-    c = np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_compute, p.align2_compute))
-    m = np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_memory, p.align2_memory))
-    m = np.where((a < 16) & (np.asarray(op.m) <= 8), p.skinny_misaligned_memory, m)
-    return c, m
+    c = _class_factor(a, 1.0, p.align8_compute, p.align2_compute)
+    skinny = np.asarray(op.m) <= 8
+
+    def memory(align):
+        f = _class_factor(align, 1.0, p.align8_memory, p.align2_memory)
+        f = np.where(skinny & (align < 16), p.skinny_misaligned_memory, f)
+        if p.gemv_misaligned_memory < 1:  # a single row runs cuBLAS's GEMV kernels
+            f = np.where((np.asarray(op.m) == 1) & (align < 16), p.gemv_misaligned_memory, f)
+        return f
+
+    if np.all(a >= 16):
+        return c, 1.0
+    ab, cb = op.bytes_a() + op.bytes_w(), op.bytes_c()
+    scale = (ab / memory(_k_alignment(op)) + cb / memory(_n_alignment(op))) / (ab + cb)
+    return c, scale
 
 
 def split_k_kernels(op, p):
-    """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile)."""
+    """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile).
+    Kernels for element-aligned strides split at their own ratio, however short k is."""
     if not p.split_k_ratio:
         return 1.0
     tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
-    x = (np.log(np.asarray(op.k) / tiles) - np.log(p.split_k_ratio)) / 0.25
+    per_tile = np.log(np.asarray(op.k) / tiles)
+    x = (per_tile - np.log(p.split_k_ratio)) / 0.25
     x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
+    if p.align2_split_k_ratio:
+        x = np.where(gemm_alignment(op) < 4, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
     return 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
 
 
@@ -84,7 +112,20 @@ def _require(spec, rate: str, what: str):
 
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
-    p = profile.params("gemm", op.dtype, *FALLBACK.get(op.dtype, ()))
+    keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
+    p = profile.params("gemm", *keys)
+    # strides aligned to 2 bytes or less run other kernels (CUTLASS sm75 tensor-op and
+    # GEMV kernels, seen in the kernel names): their own parameters where fitted
+    odd = profile.find("gemm", *(f"{k}:align2" for k in keys))
+    mask = gemm_alignment(op) < 4
+    if odd is None or not mask.any():
+        return _gemm_time(op, spec, p)
+    if mask.all():
+        return _gemm_time(op, spec, odd)
+    return select_timing(mask, _gemm_time(op, spec, odd), _gemm_time(op, spec, p))
+
+
+def _gemm_time(op: Gemm, spec, p) -> Timing:
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
         pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
@@ -98,8 +139,8 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         eff = _wave_efficiency(op.tiles(p.tile_m, p.tile_n), spec.chip.sm_count)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
-    fc, fm = _alignment_factors(op, p)
-    if (np.asarray(fc) != 1.0).any() or (np.asarray(fm) != 1.0).any():
+    fc, memory_scale = _alignment_factors(op, p)
+    if (np.asarray(fc) != 1.0).any() or (np.asarray(memory_scale) != 1.0).any():
         losses["misalignment"] = 1 / fc
     kernels = split_k_kernels(op, p)
     if p.split_k_ratio:
@@ -109,9 +150,11 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         # the k loop of one output tile runs in series; a split k shares it out
         tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
         splits = np.clip(spec.chip.sm_count / tiles, 1.0, 16.0) ** (kernels - 1.0)
-        extra = np.asarray(op.k) * p.k_element_s / fc / splits
+        # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
+        slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
+        extra = np.asarray(op.k) * p.k_element_s / slow / splits
         losses["k_serial_s"] = extra
-    return kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=1 / fm,
+    return kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
                        losses=losses, kernels=kernels, extra_s=extra)
 
 
@@ -129,13 +172,58 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
     return kernel_time(op.work(), spec, p, compute_scale=scale, losses=losses)
 
 
+# Kernel regimes of an attention backend: a backend runs a different kernel in some
+# shapes (seen in the kernel names of H200 measurements), each with its own parameters
+# under the profile key "<backend>:<regime>" (falling back to the backend's own).
+#   cuDNN: single-token queries run an sm80 decode kernel (GQA heads packed, keys split
+#          with a reduction kernel), slower per key above head dim 128; longer queries
+#          the sm90 kernel, which neither packs nor splits.
+#   efficient (CUTLASS): head dims above 128 keep the accumulator in global memory.
+ATTENTION_REGIMES = {
+    "sdpa-cudnn": (("decode", lambda op: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) <= 128)),
+                   ("decode_wide", lambda op: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) > 128))),
+    "sdpa-efficient": (("wide", lambda op: np.asarray(op.head_dim) > 128),),
+}
+
+
+def fa2_splits(blocks, key_blocks, slots, max_splits=128):
+    """FlashAttention-2's split-KV choice: none once the blocks nearly fill ``slots``;
+    else the fewest splits whose wave efficiency is within 85% of the best (a split
+    count is eligible only if it changes the keys per split)."""
+    blocks, key_blocks = np.broadcast_arrays(np.asarray(blocks, dtype=float),
+                                             np.asarray(key_blocks, dtype=float))
+    s = np.arange(1.0, max_splits + 1).reshape((-1,) + (1,) * blocks.ndim)
+    cap = np.minimum(np.minimum(max_splits, slots), key_blocks)
+    eligible = (s <= cap) & ((s == 1) | (np.ceil(key_blocks / s) != np.ceil(key_blocks / np.maximum(s - 1, 1))))
+    waves = blocks * s / slots
+    eff = np.where(eligible, waves / np.ceil(waves), 0.0)
+    ok = eligible & (eff >= 0.85 * eff.max(axis=0))
+    first = np.argmax(ok, axis=0) + 1.0
+    return np.where(blocks >= 0.8 * slots, 1.0, first)
+
+
 def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     # an unmeasured backend (or none named) takes the measured backend of its variant
-    p = profile.params("attention", op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
+    keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
+    base = profile.params("attention", *keys)
+    regimes = [(name, mask) for name, pick in ATTENTION_REGIMES.get(op.backend or "", ())
+               if (mask := pick(op)).any()]
+    if not regimes:
+        return _attention_time(op, spec, base)
+    t = _attention_time(op, spec, base) if not all(m.all() for _, m in regimes) else None
+    for name, mask in regimes:
+        p = profile.params("attention", f"{op.backend}:{name}", *keys)
+        tr = _attention_time(op, spec, p)
+        t = tr if t is None else select_timing(mask, tr, t)
+    return t
+
+
+def _attention_time(op: Attention, spec, p) -> Timing:
     scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
     sms = spec.chip.sm_count
-    rows = op.batch * op.heads * op.seq_q
+    seq_q = np.asarray(op.seq_q)
+    rows = op.batch * op.heads * seq_q
     keys_per_query = op.pairs() / rows
     fill_keys = p.seq_overhead
     if p.causal_overhead:
@@ -147,16 +235,30 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
         losses["kv_fill"] = fill
     # the query heads that share a KV head are packed into one block's rows (GQA), so
     # a decode step fills group * seq_q rows of a tile_m-row block
-    # (FlashAttention's decode path does this for single-token queries only)
-    one = np.asarray(op.seq_q) == 1
-    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * np.asarray(op.seq_q)
-    blocks = op.batch * np.where(one, op.kvh, op.heads) * np.ceil(group_rows / BLOCK_Q)
-    # short queries split the keys over more blocks when the GPU would be under-filled
-    # (flash-decoding): the splits then share out the walk over the keys
-    short = np.asarray(op.seq_q) <= p.split_kv_max_query
-    splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
-    if p.tile_m > 1:
-        pad = padded(group_rows, p.tile_m) / group_rows
+    # (the decode kernels do this for single-token queries only)
+    one = seq_q == 1
+    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * seq_q
+    tile = max(p.tile_m, 1)
+    heads = op.batch * np.where(one, op.kvh, op.heads)
+    blocks = heads * np.ceil(group_rows / tile)
+    short = seq_q <= p.split_kv_max_query
+    if p.split_kv == "fa2":
+        # the choice counts 64-row blocks of 128 threads, two per SM, and keys in blocks
+        # of 256/128/64 by head dim; a split runs the 64-row split kernel, else the
+        # regular kernel's 128-row tiles
+        d = np.asarray(op.head_dim)
+        block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
+        splits = np.where(short, fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n),
+                                            2 * sms), 1.0)
+        tile = np.where(splits > 1, 64.0, 2.0 * tile)
+        blocks = heads * np.ceil(group_rows / tile)
+    else:
+        # short queries split the keys over more blocks when the GPU would be under-filled
+        # (flash-decoding): the splits then share out the walk over the keys
+        splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
+    if np.any(tile > 1):
+        # a block computes its whole query tile, however few of its rows are real
+        pad = np.ceil(group_rows / tile) * tile / group_rows
         scale = scale * pad
         losses["query_padding"] = pad
     if p.wave_quantization:
@@ -164,22 +266,42 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
     if p.row_element_s:
-        extra = keys_per_query * np.asarray(op.head_dim) * p.row_element_s / splits
+        # the critical path: the block of the last queries walks every key (causal or not)
+        extra = np.asarray(op.seq_kv) * np.asarray(op.head_dim) * p.row_element_s / splits
         losses["kv_serial_s"] = extra
     if p.unsplit_memory_efficiency < 1:
         memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
+    kernels = None
+    if p.split_kv == "fa2":
+        kernels = np.where(splits > 1, 2.0, 1.0)  # the split kernel and its combine
     return kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
                        overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
-                       losses=losses, extra_s=extra)
+                       losses=losses, extra_s=extra, kernels=kernels)
+
+
+def select_timing(mask, a: Timing, b: Timing) -> Timing:
+    """Per point, ``a`` where ``mask`` holds, else ``b`` (two timings of one op)."""
+    from dataclasses import replace
+
+    def pick(x, y):
+        if isinstance(x, dict):
+            return {k: pick(x.get(k, 0.0), y.get(k, 0.0)) for k in {**y, **x}}
+        return np.where(mask, x, y)
+
+    return replace(a, **{f: pick(getattr(a, f), getattr(b, f)) for f in (
+        "latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
+        "hbm_s", "l2_s", "link_s", "launch_s", "losses")})
 
 
 def memory_rule(op, spec, profile) -> Timing:
     key = {Copy: "copy", Gather: "gather", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
     p = profile.params("memory", key)
-    memory_scale, extra, losses = 1.0, 0.0, {}
+    memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, 0.0
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
         memory_scale = 1 / np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_memory, p.align2_memory))
+        if p.align2_launch_s:  # the head and tail bytes of an odd size take extra work
+            extra_launch = np.where(a < 4, p.align2_launch_s, 0.0)
     if isinstance(op, Norm) and p.row_element_s:
         # one thread block per row: with few rows, each block's own latency-bound pass
         # over its row sets the time, in waves of rows_per_sm rows per SM
@@ -188,7 +310,12 @@ def memory_rule(op, spec, profile) -> Timing:
         losses["row_waves"] = waves
     if isinstance(op, Norm) and p.row_bandwidth_elements:
         memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
-    return kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
+    t = kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
+    if np.any(extra_launch):
+        from dataclasses import replace
+
+        t = replace(t, latency_s=t.latency_s + extra_launch, launch_s=t.launch_s + extra_launch)
+    return t
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:

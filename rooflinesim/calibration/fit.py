@@ -24,6 +24,7 @@ from ..errors import UserError
 from .profile import CollectiveParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements
 from .validate import stats
+from ..rules import ATTENTION_REGIMES, gemm_alignment
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -31,6 +32,7 @@ PARAMS = {
     "vector_efficiency": (0.5, 0.01, 1.0, 0.1),
     "memory_efficiency": (0.8, 0.02, 1.0, 0.1),
     "launch_s": (3e-6, 0.0, 2e-4, 1e-6),
+    "align2_launch_s": (3e-7, 0.0, 2e-5, 1e-7),
     "corner": (3.0, 1.05, 30.0, 1.0),
     "k_overhead": (64.0, 1.0, 8192.0, 32.0),
     "align8_compute": (0.3, 0.02, 1.0, 0.1),
@@ -39,9 +41,11 @@ PARAMS = {
     "align2_memory": (0.3, 0.02, 1.0, 0.1),
     "split_k_ratio": (128.0, 4.0, 4096.0, 32.0),
     "skinny_misaligned_memory": (0.5, 0.02, 1.0, 0.1),
+    "align2_split_k_ratio": (16.0, 0.5, 4096.0, 8.0),
+    "gemv_misaligned_memory": (0.5, 0.02, 1.0, 0.1),
     "k_element_s": (1e-10, 1e-13, 1e-8, 1e-11),
-    "row_element_s": (1e-10, 1e-14, 1e-7, 1e-11),
-    "rows_per_sm": (4.0, 0.25, 64.0, 1.0),
+    "row_element_s": (1e-9, 1e-14, 1e-7, 1e-11),
+    "rows_per_sm": (16.0, 0.25, 64.0, 1.0),
     "row_bandwidth_elements": (16384.0, 256.0, 1e7, 1000.0),
     "memory_latency_s": (1e-6, 0.0, 2e-5, 1e-7),
     "memory_latency_bytes": (1e6, 1e3, 1e9, 1e5),
@@ -73,10 +77,32 @@ class Group:
     inherit: tuple | None = None  # (family, key) whose fitted parameters are the defaults
 
 
-# Seen in the kernel counts of H200 measurements: PyTorch's flash backend splits the
-# keys (a second, combining kernel) for queries of up to 4 tokens; cuDNN only for one.
-SPLIT_KV_MAX_QUERY = {"sdpa-flash": 4, "sdpa-cudnn": 1, "sdpa-efficient": 1}
-LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "k_overhead", "seq_overhead"}
+# What the kernel names and counts of H200 measurements show of each attention kernel:
+# its query tile and whether (and how) it splits the keys over thread blocks.
+_NO_SPLIT = {"split_kv_max_query": 0}
+ATTENTION_FIXED = {
+    "sdpa-flash": {"tile_m": 64, "wave_quantization": True, "split_kv": "fa2",
+                   "split_kv_max_query": 1 << 30},
+    "sdpa-cudnn": {"tile_m": 128, "wave_quantization": True, **_NO_SPLIT},
+    "sdpa-cudnn:decode": {"tile_m": 64, "wave_quantization": True, "split_kv_max_query": 1},
+    "sdpa-cudnn:decode_wide": {"tile_m": 64, "wave_quantization": True, "split_kv_max_query": 1},
+    "sdpa-efficient": {"tile_m": 64, "wave_quantization": True, **_NO_SPLIT},
+    "sdpa-efficient:wide": {"tile_m": 32, "wave_quantization": True, **_NO_SPLIT},
+    None: {"tile_m": 64, "wave_quantization": True, "split_kv_max_query": 1},
+}
+
+
+class _Shape:
+    """A record's fields as attributes, for the regime tests of the timing rules."""
+
+    def __init__(self, rec):
+        self.__dict__.update(rec)
+LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead"}
+
+
+GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
+                 "align2_memory", "skinny_misaligned_memory", "gemv_misaligned_memory",
+                 "split_k_ratio", "align2_split_k_ratio", "k_element_s")
 
 
 def _groups(meas: Measurements) -> list[Group]:
@@ -85,7 +111,8 @@ def _groups(meas: Measurements) -> list[Group]:
     out = [
         Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
-               "align8_memory", "align2_memory", "large_bytes", "large_memory_efficiency")),
+               "align8_memory", "align2_memory", "large_bytes", "large_memory_efficiency",
+               "align2_launch_s")),
         Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
                "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements"),
@@ -93,8 +120,8 @@ def _groups(meas: Measurements) -> list[Group]:
                     ("memory", "silu_mul"), ("memory", "gather"), ("memory", "default"))),
     ]
     gemm_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
-                 "align8_compute", "align8_memory", "align2_compute", "align2_memory",
-                 "skinny_misaligned_memory", "split_k_ratio", "k_element_s")
+                 "align8_compute", "align8_memory", "skinny_misaligned_memory", "split_k_ratio",
+                 "k_element_s")
     for dts in (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",)):
         present = [d for d in dts if d in seen("gemm", lambda r: r.get("dtype", "bf16"))]
         if not present:
@@ -102,20 +129,36 @@ def _groups(meas: Measurements) -> list[Group]:
         # 16-bit formats run the same kernels: one fit serves both; the other formats,
         # with fewer odd shapes measured, take the alignment and k-loop losses from it
         first = len(dts) > 1
+        odd = lambda r: bool(gemm_alignment(_Shape(r)) < 4)  # noqa: E731
         out.append(Group(f"gemm/{'+'.join(present)}", "gemm", present[0],
-                         lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts,
-                         gemm_free if first else gemm_free[:5] + ("split_k_ratio",),
+                         lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
+                         and not odd(r),
+                         gemm_free if first else gemm_free[:5] + ("split_k_ratio",)
+                         + (("align8_compute", "align8_memory") if "tf32" in dts else ()),
                          fixed={"tile_m": 128, "tile_n": 128},
                          also=tuple(("gemm", d) for d in present[1:]),
                          inherit=None if first else ("gemm", "bf16")))
+        if first:  # element-aligned strides: other kernels, fitted on their own
+            out.append(Group(f"gemm/{'+'.join(present)}:align2", "gemm", f"{present[0]}:align2",
+                             lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
+                             and odd(r), GEMM_ODD_FREE,
+                             fixed={"tile_m": 64, "tile_n": 64, "align2_compute": 1.0},
+                             also=tuple(("gemm", f"{d}:align2") for d in present[1:])))
+    attention_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
+                      "seq_overhead", "row_element_s", "unsplit_memory_efficiency",
+                      "causal_overhead", "softmax_overlap", "vector_efficiency")
     for be in seen("attention", lambda r: r.get("backend") or "fa3"):
+        regimes = ATTENTION_REGIMES.get(be, ())
+        in_regime = lambda r, regimes=regimes: any(bool(pick(_Shape(r))) for _, pick in regimes)  # noqa: E731
         out.append(Group(f"attention/{be}", "attention", be,
-                         lambda r, be=be: r["op"] == "attention" and (r.get("backend") or "fa3") == be,
-                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
-                          "seq_overhead", "row_element_s", "unsplit_memory_efficiency",
-                          "causal_overhead", "softmax_overlap", "vector_efficiency"),
-                         fixed={"tile_m": 64, "wave_quantization": True,
-                                "split_kv_max_query": SPLIT_KV_MAX_QUERY.get(be, 1)}))
+                         lambda r, be=be, f=in_regime: r["op"] == "attention"
+                         and (r.get("backend") or "fa3") == be and not f(r),
+                         attention_free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
+        for name, pick in regimes:
+            out.append(Group(f"attention/{be}:{name}", "attention", f"{be}:{name}",
+                             lambda r, be=be, pick=pick: r["op"] == "attention"
+                             and (r.get("backend") or "fa3") == be and bool(pick(_Shape(r))),
+                             attention_free, fixed=ATTENTION_FIXED[f"{be}:{name}"]))
     if any(r["op"] == "moe" for r in recs):
         out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
@@ -177,7 +220,7 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
     scale = np.where(logs, 1.0, scale)
 
     def values(x):
-        return dict(zip(names, np.where(logs, np.exp(x), x)))
+        return dict(zip(names, np.where(logs, np.exp(np.where(logs, x, 0.0)), x)))
 
     def residual(x):
         prof = _with(base, group, values(x))

@@ -44,15 +44,22 @@ class KernelParams(BaseModel):
     align2_compute: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"))
     align2_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case")
+    align2_launch_s: float = Field(0.0, ge=0, description=(
+        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"))
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"))
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series; bounds "
         "GEMMs with few output tiles and a long k"))
+    align2_split_k_ratio: float = Field(0.0, ge=0, description=(
+        "GEMM: split_k_ratio of the kernels for element-aligned strides, which split even "
+        "a short k (0: as split_k_ratio)"))
     split_k_min: float = Field(2560.0, ge=0, description="GEMM: smallest k that is ever split")
     skinny_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"))
+    gemv_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
+        "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"))
     row_element_s: float = Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
         "that one thread block walks in series"))
@@ -67,6 +74,9 @@ class KernelParams(BaseModel):
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))
+    split_kv: Literal["fill", "fa2"] = Field("fill", description=(
+        "attention: how short queries split the keys: 'fill' splits until the SMs are "
+        "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))
     row_bandwidth_elements: float = Field(0.0, ge=0, description=(
         "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
         "fewer resident blocks); 0: no effect"))
@@ -111,6 +121,11 @@ class Profile(BaseModel):
             if key and key in table:
                 return table[key]
         return _IDEAL
+
+    def find(self, family: str, *keys: str) -> KernelParams | None:
+        """The parameters of the first key present, or None (no default)."""
+        table = self.kernels.get(family, {})
+        return next((table[k] for k in keys if k in table), None)
 
     def collective(self, kind: str) -> CollectiveParams:
         return self.collectives.get(kind) or self.collectives.get("default") or _IDEAL_COLL
