@@ -100,8 +100,9 @@ def split_k_kernels(op, p):
     per_tile = np.log(np.asarray(op.k) / tiles)
     x = (per_tile - np.log(p.split_k_ratio)) / 0.25
     x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
-    if p.align2_split_k_ratio:
-        x = np.where(gemm_alignment(op) < 4, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
+    if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
+        odd = (gemm_alignment(op) < 4) & (np.asarray(op.m) > 8)
+        x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
     return 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
 
 
@@ -269,6 +270,21 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # the critical path: the block of the last queries walks every key (causal or not)
         extra = np.asarray(op.seq_kv) * np.asarray(op.head_dim) * p.row_element_s / splits
         losses["kv_serial_s"] = extra
+    if p.critical_path:
+        # the block of the last queries walks every key (causal or not) over its whole
+        # query tile, at one SM's share of the achievable rate, shared with the other
+        # blocks resident on its SM (two at most)
+        per_sm = spec.peak(op.math_rate) * p.compute_efficiency / sms
+        share = np.clip(np.ceil(blocks * splits / sms), 1.0, 2.0)
+        walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * np.asarray(op.head_dim)
+        extra = extra + p.critical_path * walk * share / per_sm
+        losses["critical_path_s"] = extra
+    if p.block_s:
+        # each block's own fixed cost (loading its queries, writing its output), paid
+        # once per round of blocks on an SM (two resident at a time)
+        rounds = np.ceil(blocks * splits / (2 * sms))
+        extra = extra + rounds * p.block_s
+        losses["block_rounds"] = rounds
     if p.unsplit_memory_efficiency < 1:
         memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
     kernels = None

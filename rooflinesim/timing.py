@@ -16,6 +16,7 @@ Everything is numpy-vectorized: an op built from arrays gives arrays of latencie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -66,47 +67,73 @@ def _plain(x):
 
 def corner(terms, p):
     """Hard max (p None) or the p-norm of the terms, computed stably."""
-    if all(isinstance(t, (float, int)) or np.ndim(t) == 0 for t in terms):
-        vals = [float(t) for t in terms]
-        top = max(vals)
-        if p is None or top <= 0:
-            return top
-        return top * sum((v / top) ** p for v in vals) ** (1.0 / p)
     top = terms[0]
     for t in terms[1:]:
         top = np.maximum(top, t)
+    if _ndim(top) == 0:
+        return _scalar_corner([float(t) for t in terms], p)
     if p is None:
         return top
-    safe = np.where(top > 0, top, 1.0)
+    positive = top > 0
+    if positive.all():  # no zero times to guard
+        return top * _power_sum(terms, top, p) ** (1.0 / p)
+    safe = np.where(positive, top, 1.0)
+    return np.where(positive, safe * _power_sum(terms, safe, p) ** (1.0 / p), 0.0)
+
+
+def _scalar_corner(vals: list[float], p):
+    top = max(vals)
+    if p is None or top <= 0:
+        return top
+    return top * sum((v / top) ** p for v in vals) ** (1.0 / p)
+
+
+def _power_sum(terms, scale, p):
     acc = 0.0
     for t in terms:
-        acc = acc + (t / safe) ** p
-    return np.where(top > 0, safe * acc ** (1.0 / p), 0.0)
+        acc = acc + (t / scale) ** p
+    return acc
+
+
+def _ndim(x) -> int:
+    if type(x) is float or type(x) is int:
+        return 0
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.ndim
+    return np.ndim(x)
 
 
 def _bound(named: dict):
-    if all(np.ndim(v) == 0 for v in named.values()):
+    """The name of the largest value (per point, for arrays; the first on ties)."""
+    values = list(named.values())
+    shape = np.broadcast(*values).shape
+    if not shape:
         return max(named, key=lambda k: float(named[k]))
-    shape = np.broadcast(*[np.asarray(v) for v in named.values()]).shape
-    stack = np.stack([np.broadcast_to(np.asarray(v, dtype=float), shape) for v in named.values()])
-    idx = np.argmax(stack, axis=0)
-    names = list(named)
-    if np.ndim(idx) == 0:
-        return names[int(idx)]
-    return np.asarray(names, dtype=object)[idx]
+    stack = np.empty((len(values), *shape))
+    for row, v in zip(stack, values):
+        row[...] = v
+    return _names(tuple(named))[stack.argmax(axis=0)]
 
 
-def sfu_rate(spec):
+@lru_cache(maxsize=None)
+def _names(names: tuple) -> np.ndarray:
+    return np.array(names, dtype=object)
+
+
+def sfu_rate(spec, fp32_peak=None):
     # without a published special-function rate, assume 1/16 of the fp32 rate
     # (16 SFU lanes against 128 FP32 lanes per SM, counting an FMA as 2 FLOPs)
-    return spec.compute.sfu_ops_per_s or spec.peak("fp32") / 16
+    return spec.compute.sfu_ops_per_s or (fp32_peak or spec.peak("fp32")) / 16
 
 
 def _intensity(flops, hbm_bytes):
     b = np.asarray(hbm_bytes, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(b > 0, np.asarray(flops, dtype=float) / np.where(b > 0, b, 1.0), np.inf)
-    return out.item() if out.ndim == 0 else out
+    f = np.asarray(flops, dtype=float)
+    if b.ndim == 0 and f.ndim == 0:
+        return float(f) / float(b) if b > 0 else np.inf
+    if b.size and b.min() > 0:
+        return f / b
+    return np.divide(f, b, out=np.full(np.broadcast(f, b).shape, np.inf), where=b > 0)
 
 
 def math_flops(work: Work):
@@ -117,6 +144,43 @@ def math_flops(work: Work):
     return work.vector_flops
 
 
+def _is_zero(x) -> bool:
+    """A plain zero: a term that cannot raise the corner of non-negative times."""
+    return isinstance(x, (int, float)) and x == 0
+
+
+def _scaled(x, scale):
+    return x if type(scale) is float and scale == 1.0 else x * scale
+
+
+def _compute_s(work: Work, spec, p, fp32_peak, overlap_aux, compute_scale):
+    t_aux = (work.vector_flops / (fp32_peak * p.vector_efficiency)
+             + work.sfu_ops / sfu_rate(spec, fp32_peak))
+    if not work.tensor_flops:
+        return _scaled(t_aux, compute_scale)
+    t_tensor = 0.0
+    for rate, flops in work.tensor_flops.items():
+        t_tensor = t_tensor + flops / (spec.peak(rate) * p.compute_efficiency)
+    if _is_zero(t_aux):
+        return _scaled(t_tensor, compute_scale)
+    overlap = float(overlap_aux)  # 1: the vector/special-function work hides under the matrix work
+    return (np.maximum(t_tensor, t_aux) + (1 - overlap) * np.minimum(t_tensor, t_aux)) * compute_scale
+
+
+def _hbm_s(work: Work, bw, p, memory_scale):
+    if p.large_bytes and p.large_memory_efficiency < 1:
+        # transfers past a size take a slower path; a kernel already on a slow path
+        # (memory_scale, e.g. misaligned) does not slow down twice
+        x = np.log(np.maximum(np.asarray(work.hbm_bytes, dtype=float), 1.0) / p.large_bytes) / 0.05
+        step = 1 / (1 + np.exp(-np.minimum(np.maximum(x, -50), 50)))
+        memory_scale = np.maximum(memory_scale, 1 + step * (1 / p.large_memory_efficiency - 1))
+    hbm = _scaled(work.hbm_bytes / bw, memory_scale)
+    if p.memory_latency_s:
+        # DRAM latency is hidden only once enough bytes are in flight
+        hbm = hbm + p.memory_latency_s * -np.expm1(-np.asarray(work.hbm_bytes) / p.memory_latency_bytes)
+    return hbm
+
+
 def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
                 memory_scale=1.0, losses=None, kernels=None, extra_s=0.0) -> Timing:
     """Time one kernel (or a fused group of kernels) from its work under parameters ``p``.
@@ -124,26 +188,15 @@ def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
     compute_scale multiplies the compute time (tile, wave and fill losses), memory_scale
     the HBM time (e.g. misaligned accesses)."""
     losses = dict(losses or {})
-    t_tensor = 0.0
-    for rate, flops in work.tensor_flops.items():
-        t_tensor = t_tensor + flops / (spec.peak(rate) * p.compute_efficiency)
-    t_aux = (work.vector_flops / (spec.peak("fp32") * p.vector_efficiency)
-             + work.sfu_ops / sfu_rate(spec))
-    overlap = float(overlap_aux)  # 1: the vector/special-function work hides under the matrix work
-    compute = (np.maximum(t_tensor, t_aux) + (1 - overlap) * np.minimum(t_tensor, t_aux)) * compute_scale
-    bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
-    hbm = work.hbm_bytes / bw * memory_scale
-    if p.large_bytes and p.large_memory_efficiency < 1:
-        step = 1 / (1 + np.exp(-np.clip(np.log(np.maximum(np.asarray(work.hbm_bytes, dtype=float), 1.0)
-                                                 / p.large_bytes) / 0.05, -50, 50)))
-        hbm = hbm * (1 + step * (1 / p.large_memory_efficiency - 1))
-    if p.memory_latency_s:
-        # DRAM latency is hidden only once enough bytes are in flight
-        hbm = hbm + p.memory_latency_s * -np.expm1(-np.asarray(work.hbm_bytes) / p.memory_latency_bytes)
+    fp32_peak = spec.peak("fp32")
+    compute = _compute_s(work, spec, p, fp32_peak, overlap_aux, compute_scale)
+    bw = spec.memory.hbm_bandwidth_bytes_per_s
+    hbm = _hbm_s(work, bw * p.memory_efficiency, p, memory_scale)
     l2_bw = spec.memory.l2_bandwidth_bytes_per_s
-    l2 = work.l2_bytes / (l2_bw * p.l2_efficiency) if (l2_bw and p.l2_efficiency) else 0.0 * hbm
-    has_extra = bool(np.asarray(extra_s).any()) if not isinstance(extra_s, float) else extra_s != 0.0
-    body = corner([compute, hbm, l2, extra_s] if has_extra else [compute, hbm, l2], p.corner)
+    has_l2 = bool(l2_bw and p.l2_efficiency)
+    l2 = work.l2_bytes / (l2_bw * p.l2_efficiency) if has_l2 else 0.0 * hbm
+    terms = [t for t in (compute, hbm, l2 if has_l2 else 0.0, extra_s) if not _is_zero(t)]
+    body = corner(terms or [hbm], p.corner)
     launch = (work.kernels if kernels is None else kernels) * p.launch_s
     if p.compute_efficiency < 1:
         losses["compute_efficiency"] = 1 / p.compute_efficiency
@@ -151,7 +204,7 @@ def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
         losses["memory_efficiency"] = 1 / p.memory_efficiency
     if p.launch_s:
         losses["launch_floor_s"] = launch
-    rate = next(iter(work.tensor_flops), "fp32")
+    rate = next(iter(work.tensor_flops), None)
     flops = math_flops(work)
     return Timing(
         latency_s=launch + body,
@@ -159,7 +212,7 @@ def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False,
         flops=flops,
         hbm_bytes=work.hbm_bytes,
         intensity_flop_per_byte=_intensity(flops, work.hbm_bytes),
-        ridge_flop_per_byte=spec.peak(rate) / spec.memory.hbm_bandwidth_bytes_per_s,
+        ridge_flop_per_byte=(spec.peak(rate) if rate else fp32_peak) / bw,
         compute_s=compute, hbm_s=hbm, l2_s=l2, launch_s=launch, losses=losses,
     )
 
@@ -174,7 +227,7 @@ def collective_time(op, spec, profile) -> Timing:
         link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
     if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
         raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
-    if np.any(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
+    if (np.asarray(op.world_size) > spec.interconnect.gpus_per_node).any():
         raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
                         f"a world size of {op.world_size} would cross nodes, which is not modelled")
     link = w.link_bytes / (link_bw * cp.link_efficiency)

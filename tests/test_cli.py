@@ -91,3 +91,43 @@ def test_cli_group_is_importable_without_sympy():
             "print('sympy' in sys.modules, 'plotly' in sys.modules, 'scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False False"
+
+
+@pytest.mark.parametrize("model,extra,context", [
+    ("llama-3.1-8b", ["--weights", "fp8", "--kv-dtype", "fp8"], 4096),
+    ("llama-3-70b", ["--tp", "4", "--pp", "2", "--gpu-memory-utilization", "0.8"], 2304),
+    ("mixtral-8x7b", ["--tp", "2", "--ep", "2", "--weights", "int4"], 1024),
+])
+def test_batch_max_is_the_memory_planners_largest_batch(model, extra, context):
+    fit_args = [a.replace("--kv-dtype", "--kv") for a in extra]
+    code, out, err = run(["fit", "--model", model, "--gpu", "h200", "--context", str(context),
+                          *fit_args, "--json"])
+    assert code == 0, err
+    largest = json.loads(out)["max_batch"]
+    code, out, err = run(["predict", "model", "--model", model, "--gpu", "h200", "--batch", "max",
+                          "--prompt", str(context - 256), "--gen", "256", *extra, "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["batch"] == largest > 1
+    assert d["batch_from"].startswith("max: the largest batch the memory planner fits")
+
+
+def test_batch_max_follows_the_memory_fraction():
+    def largest(fraction):
+        code, out, _ = run(["predict", "model", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",
+                            "max", "--memory-fraction", str(fraction), "--json"])
+        return json.loads(out)["batch"]
+
+    assert largest(0.5) < largest(0.9)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "llama-3.1-405b", "--gpu", "h100"], "not even one sequence of 2304 tokens fits"),
+    (["--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--ep", "16", "--dp", "2"],
+     "--batch max needs --ep no larger than --tp"),
+])
+def test_batch_max_that_cannot_be_sized_is_one_sentence_and_exit_2(args, needle):
+    code, _, err = run(["predict", "model", *args, "--batch", "max"])
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from rooflinesim.calibration.profile import IDEAL, resolve_profile
 from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec
+from rooflinesim.memory import fit
 from rooflinesim.models import presets
 from rooflinesim.models.config import from_hf_dict, load_config
 from rooflinesim.models.deploy import Deployment, max_batch, shard
@@ -205,6 +206,24 @@ def test_sweep_is_the_pointwise_prediction():
     assert np.all(np.diff(sweep(m, H200, FITTED, d, batch=16, context=[512, 1024, 4096]).step_s) > 0)
 
 
+@pytest.mark.parametrize("model,deploy", [
+    ("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, pp=2, sequence_parallel=True)),
+    ("mixtral-8x7b", dict(tp=2, weights="int4")), ("qwen3-30b-a3b", dict(tp=4, ep=2, dp=2)),
+    ("deepseek-v3", dict(tp=4, ep=8, dp=2, weights="fp8")),
+    ("deepseek-v2-lite", dict(attention="naive")),
+])
+@given(batch=st.integers(1, 64), prompt=st.integers(1, 3000), chunk=st.integers(1, 4000))
+def test_kernels_group_as_the_plan_found_them(model, deploy, batch, prompt, chunk):
+    # the plan of a (model, deployment) is found once, from one small step of each phase:
+    # the kernels of any step must fall into the same groups, in the same order
+    from rooflinesim.models.workload import _groups, _plan, phase_kernels
+
+    m, d = load_config(model), Deployment(**deploy)
+    r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=2, chunk=chunk)
+    lists = [phase_kernels(m, d, p.phase) for p in (r.prefill, r.decode)]
+    assert _groups(lists) == _plan(m, d, ("prefill", "decode")).groups
+
+
 def test_pipeline_stages_and_bubble():
     m = load_config("llama-3-8b")  # 32 layers
     one = run(m, batch=8, prompt=128, pp=1)
@@ -250,11 +269,15 @@ def test_int4_weights_and_fp8_kv_shrink_traffic():
     assert kv8["attention"][2] < 0.55 * kv16["attention"][2]
 
 
-def test_max_batch_fills_memory():
+def test_max_batch_is_the_largest_the_memory_planner_fits():
     m, d = load_config("llama-3.1-8b"), Deployment(weights="fp8", kv_cache="fp8")
     b = max_batch(m, d, H100, 2048 + 128)
-    kv_seq = 2176 * m.num_layers * m.num_kv_heads * 2 * m.head_dim  # fp8: 1 byte
-    assert b == int((0.9 * 80e9 - run(m, batch=1, weights="fp8").memory()["weights_bytes_per_gpu"]) // kv_seq)
+    assert fit(m, H100, batch=b, context=2176, weights="fp8", kv="fp8").fits
+    assert not fit(m, H100, batch=b + 1, context=2176, weights="fp8", kv="fp8").fits
+    half = max_batch(m, d, H100, 2176, memory_fraction=0.5)
+    plan = fit(m, H100, context=2176, weights="fp8", kv="fp8", gpu_memory_utilization=0.5)
+    assert half == plan.max_batch
+    assert half < b
 
 
 # ------------------------------------------------------------------ the CLI

@@ -63,6 +63,12 @@ class KernelParams(BaseModel):
     row_element_s: float = Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
         "that one thread block walks in series"))
+    critical_path: float = Field(0.0, ge=0, description=(
+        "attention: weight of the critical path, the block of the last queries walking every "
+        "key over its query tile at its SM's share of the rate (0: off)"))
+    block_s: float = Field(0.0, ge=0, description=(
+        "attention: fixed cost of one thread block (its queries in, its output out), paid "
+        "once per round of blocks on an SM"))
     softmax_overlap: float | None = Field(None, ge=0, le=1.0, description=(
         "attention: share of the softmax work (exp and vector math) hidden under the matrix "
         "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"))

@@ -14,8 +14,8 @@ POS = click.IntRange(min=1)
 @click.option("--model", "model_name", required=True,
               help="A bundled preset (e.g. llama-3-70b), a Hugging Face id, or a config.json path.")
 @click.option("--batch", default="1", show_default=True,
-              help="Concurrent sequences per replica, or 'max': the largest batch whose KV cache "
-                   "for prompt + gen tokens fits beside the weights.")
+              help="Concurrent sequences per replica, or 'max': the largest batch of prompt + gen "
+                   "tokens the memory planner fits (as `rooflinesim fit` reports it).")
 @click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens per sequence.")
 @click.option("--gen", type=POS, default=256, show_default=True, help="Generated tokens per sequence.")
 @click.option("--chunk", type=POS, default=None,
@@ -42,8 +42,10 @@ POS = click.IntRange(min=1)
               help="Host time per kernel launch with --eager.")
 @click.option("--decode-points", type=POS, default=4, show_default=True,
               help="Decode contexts averaged into the time per output token.")
-@click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.9,
-              show_default=True, help="Share of GPU memory for weights and KV cache (--batch max).")
+@click.option("--memory-fraction", "--gpu-memory-utilization", "memory_fraction",
+              type=click.FloatRange(min=0, max=1, min_open=True), default=0.9, show_default=True,
+              help="--batch max: share of the card the deployment may use, the rest headroom "
+                   "(the planner's gpu_memory_utilization).")
 @gpu_options
 @profile_option
 @json_option
@@ -69,7 +71,8 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
     how = "given"
     if batch.strip().lower() == "max":
         batch = max_batch(cfg, d, spec, prompt + gen, memory_fraction)
-        how = f"max: KV cache for {prompt + gen} tokens fits in {memory_fraction:.0%} of memory"
+        how = (f"max: the largest batch the memory planner fits for {prompt + gen} tokens, "
+               f"at gpu_memory_utilization {memory_fraction:g}")
     else:
         try:
             batch = int(batch)

@@ -28,7 +28,7 @@ from .overheads import Overheads, device_memory, load_overheads
 from .weights import KV_DTYPES, Parallelism, Quantization, check_dtype, stage_layers, weight_bytes
 
 __all__ = ["ENGINES", "Setup", "StageBudget", "MemoryPlan", "make_setup", "budget", "fit",
-           "vllm_defaults"]
+           "largest_batch", "vllm_defaults"]
 
 ENGINES = ("vllm",)
 _MAX_TP = 64  # largest TP degree `min_gpus` tries
@@ -359,10 +359,8 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
     def ok(setup: Setup, b: int, c: int) -> bool:
         return _fits(budget(setup, b, c), setup)
 
-    # Upper bounds from the KV room at batch 1 / context 1 (activation only grows with both).
-    room = min(st.kv_tokens for st in budget(s, 1, 1))
-    max_batch = _largest(lambda b: ok(s, b, context), 1, max(1, room // context + 1))
-    hi = max(1, room // batch + s.block_size)
+    max_batch = largest_batch(s, context)
+    hi = max(1, _room_tokens(s) // batch + s.block_size)
     max_context = _largest(lambda c: ok(s, batch, c), 1, hi)
     limited_by = "memory"
     if model_max and context <= model_max < max_context:  # past the maximum only if asked
@@ -370,6 +368,18 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
     min_tp = next((t for t in _valid_tps(cfg, s.par.ep) if ok(s.with_tp(t), batch, context)), None)
     return MemoryPlan(s, batch, context, stages, fits, max_batch, max_context, limited_by,
                       None if min_tp is None else min_tp * s.par.pp, min_tp, warnings)
+
+
+def largest_batch(s: Setup, context: int) -> int:
+    """The largest batch of ``context``-token sequences that fits (0 when not even one does)."""
+    return _largest(lambda b: _fits(budget(s, b, context), s), 1,
+                    max(1, _room_tokens(s) // context + 1))
+
+
+def _room_tokens(s: Setup) -> int:
+    """KV tokens the least roomy stage holds at batch 1 and context 1: an upper bound on
+    batch x context (the activation peak only grows with both)."""
+    return min(st.kv_tokens for st in budget(s, 1, 1))
 
 
 def gib(x: float) -> float:

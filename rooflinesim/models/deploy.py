@@ -220,15 +220,20 @@ def kv_bytes_per_token_per_gpu(model, d: Deployment) -> float:
 
 
 def max_batch(model, d: Deployment, spec, context: int, memory_fraction: float = 0.9) -> int:
-    """The largest batch whose KV cache for ``context`` tokens per sequence fits beside the
-    weights in ``memory_fraction`` of a GPU's memory (activations and fragmentation left
-    out; vLLM's default gpu_memory_utilization is 0.9)."""
-    if not 0 < memory_fraction <= 1:
-        raise UserError(f"the memory fraction must be in (0, 1] (got {memory_fraction})")
-    free = spec.memory.capacity_bytes * memory_fraction - weight_bytes_per_gpu(model, d)
-    per_seq = context * kv_bytes_per_token_per_gpu(model, d)
-    batch = int(free // per_seq) if free > 0 else 0
+    """The largest batch of ``context``-token sequences the memory planner fits on every GPU
+    of ``d`` (weights, KV cache, activation peak and overheads, with ``memory_fraction`` as
+    its gpu_memory_utilization: what `rooflinesim fit` reports as the largest batch)."""
+    from ..memory import largest_batch, make_setup
+
+    shard(model, d)  # the deployment's own checks first
+    if d.ep > d.tp:
+        raise UserError(f"--batch max needs --ep no larger than --tp (got ep {d.ep}, tp {d.tp}): the "
+                        f"memory planner splits the experts among the TP ranks of a stage")
+    setup = make_setup(model, spec, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights, kv=d.kv_cache,
+                       group_size=d.group_size, gpu_memory_utilization=memory_fraction)
+    batch = largest_batch(setup, context)
     if batch < 1:
-        raise UserError(f"{model.name} does not fit on {spec.name} with {d.describe()} at a "
-                        f"context of {context} tokens")
+        raise UserError(f"{model.name} does not fit on {spec.name} with {d.describe()}: not even "
+                        f"one sequence of {context} tokens fits in {memory_fraction:.0%} of memory "
+                        f"(`rooflinesim fit` shows the budget)")
     return batch

@@ -34,14 +34,16 @@ priced as full causal attention). Sampling and the scheduler are not kernels her
 
 Each op is built once with arrays over the points of a phase (prefill chunks, decode
 contexts, or a sweep), and kernels of one class whose settings agree are stacked into one
-op: a whole prediction is about ten ``predict`` calls.
+op: a whole prediction is about ten ``predict`` calls. Which kernels stack together, and how
+often each runs on each stage, depend on the model and the deployment only: they are found
+once per pair (``_plan``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -75,10 +77,6 @@ class Kernel:
     count: int = 1  # runs per layer ("layer", "dense", "moe") or per forward (others)
     where: str = "layer"  # layer (every layer), dense, moe, first (stage), last, send
     mask: Any = 1  # per point: 0 where the step skips the kernel (logits of early chunks)
-
-    @classmethod
-    def of(cls, name: str, op, **kw) -> "Kernel":
-        return cls(name, type(op), {f.name: getattr(op, f.name) for f in fields(op)}, **kw)
 
     @property
     def op(self):
@@ -232,7 +230,18 @@ def _moe(s: _Shapes) -> list[Kernel]:
     # ep <= tp: every rank of the TP group already holds every token, so the experts'
     # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
     skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()
-    return [Kernel.of(f"moe_{name}", k, where="moe") for name, k in op.kernels() if name not in skip]
+    return [Kernel(f"moe_{name}", cls, _all_args(cls, args), where="moe")
+            for name, cls, args in op.kernel_args() if name not in skip]
+
+
+def _all_args(cls, args: dict) -> dict:
+    """Every field of op class ``cls``, in field order: ``args``, else its default."""
+    return {f: args[f] if f in args else default for f, default in _defaults(cls)}
+
+
+@lru_cache(maxsize=None)
+def _defaults(cls) -> tuple:
+    return tuple((f.name, f.default) for f in fields(cls))
 
 
 def _ends(s: _Shapes) -> list[Kernel]:
@@ -264,74 +273,156 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float, np.ndarray, np.number)) and not isinstance(v, bool)
 
 
-def _stack(values, sizes) -> np.ndarray:
-    """Concatenate per-kernel values (numbers or arrays over n points) into one array."""
-    if max(sizes) <= 16:  # few points: Python lists are cheaper than numpy calls
-        flat: list = []
-        for v, n in zip(values, sizes):
+def _stack(args: list[dict], sizes: list[int], fields: tuple) -> dict:
+    """The numeric arguments ``fields`` of kernels (their ``args``, numbers or arrays over
+    ``sizes`` points), each concatenated over the kernels into one array."""
+    if max(sizes) > 16:
+        return {f: np.concatenate([np.broadcast_to(np.asarray(a[f], dtype=float), (n,))
+                                   for a, n in zip(args, sizes)]) for f in fields}
+    flat: list = []  # few points: Python lists are cheaper than numpy calls
+    for f in fields:
+        for a, n in zip(args, sizes):
+            v = a[f]
             if isinstance(v, np.ndarray) and v.ndim:
                 flat += v.tolist() if v.size == n else [v.item()] * n
             else:
-                flat += [v] * n
-        return np.array(flat, dtype=float)
-    return np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v, n in zip(values, sizes)])
+                flat += [float(v)] * n
+    return dict(zip(fields, np.array(flat, dtype=float).reshape(len(fields), sum(sizes))))
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Kernels of one class whose non-numeric arguments agree, priced as one op over
+    their stacked numeric arguments."""
+
+    cls: type
+    static: dict
+    numeric: tuple  # the fields stacked over the members' points
+    members: tuple  # (phase, kernel) pairs, in stacking order
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a phase's kernel list fixes whatever the sizes: runs per forward on each
+    stage, host launches, and each kernel's row of the per-name table."""
+
+    mult: np.ndarray  # [kernel, stage]: runs per forward pass on each stage
+    counts: np.ndarray  # per kernel: runs per forward pass
+    launches: np.ndarray  # [kernel, 1]: kernels launched from the host per run
+    names: tuple  # the table's rows: kernel names, in order of first appearance
+    row_of: np.ndarray  # per kernel: its table row
+
+
+_STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
+
+
+def _layout(kernels: list[Kernel], sh, d: Deployment) -> _Layout:
+    S = d.pp
+    onehot = lambda s: [float(i == s) for i in range(S)]  # noqa: E731
+    per_stage = dict(zip(_STAGE_KEYS, (sh.stage_layers, sh.stage_dense, sh.stage_moe, onehot(0),
+                                       onehot(S - 1), [1.0] * (S - 1) + [0.0])))
+    mult = np.array([[x * k.count for x in per_stage[k.where]] for k in kernels], dtype=float)
+    names = tuple(dict.fromkeys(k.name for k in kernels))
+    row = {name: r for r, name in enumerate(names)}
+    return _Layout(mult, mult.sum(axis=1), np.array([[k.launches] for k in kernels], dtype=float),
+                   names, np.array([row[k.name] for k in kernels]))
+
+
+def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
+    """Group the kernels of every phase by class and non-numeric arguments."""
+    found: dict = {}
+    for j, kernels in enumerate(lists):
+        for i, k in enumerate(kernels):
+            static = tuple((f, v) for f, v in k.args.items() if f != "name" and not _numeric(v))
+            numeric = tuple(f for f, v in k.args.items() if _numeric(v))
+            found.setdefault((k.cls, static), (numeric, []))[1].append((j, i))
+    return tuple(_Group(cls, dict(static), numeric, tuple(members))
+                 for (cls, static), (numeric, members) in found.items())
+
+
+class _Plan:
+    """The structure of the kernels of some phases of a model under a deployment: it
+    depends on neither the batch nor the lengths, so it is found once per pair."""
+
+    def __init__(self, lists: list[list[Kernel]], sh, d: Deployment):
+        self.sharding = sh
+        self.sizes = tuple(len(ks) for ks in lists)
+        self.layouts = tuple(_layout(ks, sh, d) for ks in lists)
+        self.groups = _groups(lists)
+        members = [m for g in self.groups for m in g.members]
+        self.member_phase = np.array([j for j, _ in members])
+        self.member_kernel = np.array([i for _, i in members])
+
+    def rows(self, ns: tuple) -> np.ndarray:
+        """For the groups' stacked points, end to end: where each lands in the phases'
+        [kernel, point] arrays, flattened and laid end to end (phase ``j`` over ``ns[j]``
+        points)."""
+        offsets = np.cumsum([0] + [k * n for k, n in zip(self.sizes, ns)])
+        n = np.array(ns)[self.member_phase]
+        start = offsets[self.member_phase] + self.member_kernel * n
+        first = np.cumsum(n) - n
+        return np.repeat(start - first, n) + np.arange(first[-1] + n[-1])
+
+
+@lru_cache(maxsize=128)
+def _plan(model, d: Deployment, names: tuple) -> _Plan:
+    """The plan of phases ``names``, found from one small step of each."""
+    sh = shard(model, d)
+    probes = [Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names]
+    return _Plan([phase_kernels(model, d, ph, sh) for ph in probes], sh, d)
 
 
 @dataclass
 class _Priced:
-    """Per point results of the kernels of a list, as [kernel, point] arrays; ``groups``
-    holds the stacked ops' timings and ``where`` each kernel's (group, rows)."""
+    """Per point results of the kernels of one phase, as [kernel, point] arrays;
+    ``groups`` holds the stacked ops' timings (in the plan's group order)."""
 
     latency_s: np.ndarray
     flops: np.ndarray
     hbm_bytes: np.ndarray
     bound: np.ndarray
     groups: list
-    where: list
+    plan: _Plan
+    ns: tuple  # points of each phase priced with this one
+    phase: int  # this phase's index among them
+
+    @property
+    def layout(self) -> _Layout:
+        return self.plan.layouts[self.phase]
+
+    @cached_property
+    def where(self) -> list:
+        """Per kernel: (its group's index, its rows in the group's stacked op)."""
+        out: list = [None] * self.plan.sizes[self.phase]
+        for g, group in enumerate(self.plan.groups):
+            at = 0
+            for j, i in group.members:
+                if j == self.phase:
+                    out[i] = (g, slice(at, at + self.ns[j]))
+                at += self.ns[j]
+        return out
 
 
-def _price(batches, spec, profile) -> list[_Priced]:
-    """Time lists of kernels (each list over its own number of points) with one predict
-    call per group of kernels of one class whose non-numeric arguments agree: their
-    numeric arguments are stacked into arrays."""
-    flat = [(k, n) for ks, n in batches for k in ks]
-    start = [0]
-    for _, n in flat:
-        start.append(start[-1] + n)
-    groups: dict = {}
-    numeric_of: dict = {}
-    for i, (k, _) in enumerate(flat):
-        static, numeric = [k.cls], []
-        for f, v in k.args.items():
-            if _numeric(v):
-                numeric.append(f)
-            elif f != "name":
-                static.append((f, v))
-        key = tuple(static)
-        groups.setdefault(key, []).append(i)
-        numeric_of[key] = numeric
-    total = start[-1]
-    cols = [np.empty(total), np.empty(total), np.empty(total), np.empty(total, dtype=object)]
-    timings, where = [], [None] * len(flat)
-    for key, idx in groups.items():
-        cls, static = key[0], dict(key[1:])
-        sizes = [flat[i][1] for i in idx]
-        args = {f: _stack([flat[i][0].args[f] for i in idx], sizes) for f in numeric_of[key]}
-        t = predict(cls(**static, **args), spec, profile)
-        rows = [j for i in idx for j in range(start[i], start[i + 1])]
-        at = 0
-        for i, n in zip(idx, sizes):
-            where[i] = (len(timings), slice(at, at + n))
-            at += n
+def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> list[_Priced]:
+    """Time the kernels of each phase (``lists``, over ``ns`` points) with one predict
+    call per group of the plan, the group's numeric arguments stacked into arrays."""
+    rows = plan.rows(ns)
+    cols = [np.empty(rows.size) for _ in range(3)] + [np.empty(rows.size, dtype=object)]
+    timings, at = [], 0
+    for g in plan.groups:
+        sizes = [ns[j] for j, _ in g.members]
+        args = _stack([lists[j][i].args for j, i in g.members], sizes, g.numeric)
+        t = predict(g.cls(**g.static, **args), spec, profile)
         timings.append(t)
+        end = at + sum(sizes)
         for c, x in zip(cols, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
-            c[rows] = x
-    out, pos = [], 0
-    for ks, n in batches:
-        a, b = start[pos], start[pos + len(ks)]
-        out.append(_Priced(*(c[a:b].reshape(len(ks), n) for c in cols), groups=timings,
-                           where=where[pos:pos + len(ks)]))
-        pos += len(ks)
+            c[rows[at:end]] = x
+        at = end
+    out, at = [], 0
+    for j, (k, n) in enumerate(zip(plan.sizes, ns)):
+        out.append(_Priced(*(c[at:at + k * n].reshape(k, n) for c in cols), groups=timings,
+                           plan=plan, ns=ns, phase=j))
+        at += k * n
     return out
 
 
@@ -403,8 +494,8 @@ class PhaseResult:
     def ops(self) -> list[OpTime]:
         p = self.priced
         return [OpTime(k.name, float(c), k, self.latency_s[i], p.flops[i], p.hbm_bytes[i], p.bound[i],
-                       (p.groups[p.where[i][0]], p.where[i][1]))
-                for i, (k, c) in enumerate(zip(self.kernels, self.counts))]
+                       (p.groups[g], rows))
+                for i, (k, c, (g, rows)) in enumerate(zip(self.kernels, self.counts, p.where))]
 
     def table(self) -> list[dict]:
         """Per kernel name: runs per forward, FLOPs, HBM bytes, time, bound and share of
@@ -414,53 +505,53 @@ class PhaseResult:
         time = self.counts[:, None] * self.latency_s
         t, f, b = time @ self.weights, (per_run * self.priced.flops) @ self.weights, \
             (per_run * self.priced.hbm_bytes) @ self.weights
-        peak = time.argmax(axis=1)
-        rows: dict[str, dict] = {}
-        top: dict[str, float] = {}
-        for i, k in enumerate(self.kernels):
-            r = rows.setdefault(k.name, {"op": k.name, "count": 0.0, "flops": 0.0, "hbm_bytes": 0.0,
-                                         "time_s": 0.0, "bound": ""})
-            r["count"] += float(self.counts[i])
-            r["flops"] += float(f[i])
-            r["hbm_bytes"] += float(b[i])
-            r["time_s"] += float(t[i])
-            if t[i] > top.get(k.name, -1.0):
-                top[k.name], r["bound"] = float(t[i]), str(self.priced.bound[i, peak[i]])
+        layout = self.priced.layout
+        rows = len(layout.names)
+        count, flops, hbm, time_s = (np.bincount(layout.row_of, weights=x, minlength=rows).tolist()
+                                     for x in (self.counts, f, b, t))
+        bound = self._longest_bound(t, time.argmax(axis=1))
         total = float(t.sum()) or 1.0
-        for r in rows.values():
-            r["share"] = r["time_s"] / total
-        return sorted(rows.values(), key=lambda r: -r["time_s"])
+        out = [{"op": name, "count": count[r], "flops": flops[r], "hbm_bytes": hbm[r],
+                "time_s": time_s[r], "bound": bound[r], "share": time_s[r] / total}
+               for r, name in enumerate(layout.names)]
+        return sorted(out, key=lambda r: -r["time_s"])
+
+    def _longest_bound(self, t: np.ndarray, peak: np.ndarray) -> list[str]:
+        """Per table row: the bound, at its slowest point, of the row's longest kernel."""
+        names = self.priced.layout.names
+        at_peak = self.priced.bound[np.arange(len(peak)), peak].tolist()
+        top, bound = [-1.0] * len(names), [""] * len(names)
+        for r, ti, b in zip(self.priced.layout.row_of.tolist(), t.tolist(), at_peak):
+            if ti > top[r]:
+                top[r], bound[r] = ti, str(b)
+        return bound
 
 
-_STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
-
-
-def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, sh, d: Deployment) -> PhaseResult:
-    S, n = d.pp, ph.n
-    onehot = lambda s: [float(i == s) for i in range(S)]  # noqa: E731
-    per_stage = dict(zip(_STAGE_KEYS, (sh.stage_layers, sh.stage_dense, sh.stage_moe, onehot(0),
-                                       onehot(S - 1), [1.0] * (S - 1) + [0.0])))
-    mult = np.array([[x * k.count for x in per_stage[k.where]] for k in kernels], dtype=float)
+def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, d: Deployment) -> PhaseResult:
+    layout, n = priced.layout, ph.n
     lat = priced.latency_s
     if d.eager:
-        lat = lat + np.array([[k.launches] for k in kernels], dtype=float) * d.launch_overhead_s
-    if any(not (isinstance(k.mask, (int, float)) and k.mask == 1) for k in kernels):
-        lat = lat * np.array([np.broadcast_to(k.mask, (n,)) for k in kernels], dtype=float)
-    stage_s = mult.T @ lat
+        lat = lat + layout.launches * d.launch_overhead_s
+    masked = [i for i, k in enumerate(kernels) if not (isinstance(k.mask, (int, float)) and k.mask == 1)]
+    if masked:
+        lat = lat.copy()
+        for i in masked:
+            lat[i] = lat[i] * kernels[i].mask
+    stage_s = layout.mult.T @ lat
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
     step = stage_s.sum(axis=0)
-    if S > 1:
+    if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
-    return PhaseResult(ph, step, stage_s, kernels, mult.sum(axis=1), lat, priced, weights)
+    return PhaseResult(ph, step, stage_s, kernels, layout.counts, lat, priced, weights)
 
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
-    sh = shard(model, d)
-    lists = [phase_kernels(model, d, ph, sh) for ph in phases]
-    priced = _price([(ks, ph.n) for ks, ph in zip(lists, phases)], spec, profile or IDEAL)
-    return [_combine(ph, ks, p, sh, d) for ph, ks, p in zip(phases, lists, priced)]
+    plan = _plan(model, d, tuple(ph.name for ph in phases))
+    lists = [phase_kernels(model, d, ph, plan.sharding) for ph in phases]
+    priced = _price(plan, lists, tuple(ph.n for ph in phases), spec, profile or IDEAL)
+    return [_combine(ph, ks, p, d) for ph, ks, p in zip(phases, lists, priced)]
 
 
 # ------------------------------------------------------------------ predictions
@@ -506,9 +597,9 @@ class ModelPrediction:
 
     @cached_property
     def _memory(self) -> dict[str, float]:
-        d, m = self.deployment, self.model
-        kv = kv_bytes_per_token_per_gpu(m, d) * self.batch * (self.prompt + self.gen)
-        return {"weights_bytes_per_gpu": weight_bytes_per_gpu(m, d), "kv_cache_bytes_per_gpu": kv,
+        weights, kv_per_token = _per_gpu_bytes(self.model, self.deployment)
+        kv = kv_per_token * self.batch * (self.prompt + self.gen)
+        return {"weights_bytes_per_gpu": weights, "kv_cache_bytes_per_gpu": kv,
                 "capacity_bytes": self.spec.memory.capacity_bytes}
 
     def memory(self) -> dict[str, float]:
@@ -528,6 +619,12 @@ class ModelPrediction:
             "tokens_per_s": self.rates(), **self.memory(), "warnings": self.warnings,
             "prefill": phase(self.prefill), "decode": phase(self.decode),
         }
+
+
+@lru_cache(maxsize=128)
+def _per_gpu_bytes(model, d: Deployment) -> tuple[float, float]:
+    """Weight bytes, and KV-cache bytes per token of one sequence, on one GPU."""
+    return weight_bytes_per_gpu(model, d), kv_bytes_per_token_per_gpu(model, d)
 
 
 def _list(x, n) -> list:

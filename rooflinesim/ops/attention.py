@@ -92,8 +92,11 @@ class Attention(Op):
         return self.batch * self.heads * attended_pairs(self.seq_q, self.seq_kv, self.causal)
 
     def flops(self):
+        return self._flops(self.pairs())
+
+    def _flops(self, pairs):
         # QK^T and PV: 2 FLOPs per multiply-add, head_dim each, per attended pair
-        return 4 * self.head_dim * self.pairs()
+        return 4 * self.head_dim * pairs
 
     def stored_kv_len(self):
         if self.page_size is None:
@@ -122,7 +125,8 @@ class Attention(Op):
 
     def work(self) -> Work:
         pairs = self.pairs()
-        fused_hbm = self.bytes_q() + self.bytes_kv() + self.bytes_o()
+        q, kv, o = self.bytes_q(), self.bytes_kv(), self.bytes_o()
+        fused_hbm = q + kv + o
         if self.variant == "naive":
             # write S, read S, write P, read P
             hbm = fused_hbm + 4 * self.bytes_scores()
@@ -131,10 +135,10 @@ class Attention(Op):
             hbm = fused_hbm
             kernels = 1
         # each query block streams its head's K and V from L2
-        kv_per_head = self.bytes_kv() / (self.batch * self.kvh)
-        l2 = self.bytes_q() + self.bytes_o() + self.q_blocks() * kv_per_head
+        kv_per_head = kv / (self.batch * self.kvh)
+        l2 = q + o + self.q_blocks() * kv_per_head
         return Work(
-            tensor_flops={self.math_rate: self.flops()},
+            tensor_flops={self.math_rate: self._flops(pairs)},
             vector_flops=VECTOR_FLOPS_PER_SCORE * pairs,
             sfu_ops=pairs,  # one exp per score
             hbm_bytes=hbm,

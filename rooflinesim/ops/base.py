@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import ClassVar
 
@@ -53,19 +54,31 @@ def op_names() -> list[str]:
 
 def check_positive(**values) -> None:
     """Sizes must be positive whole numbers (checked for numbers and arrays, not symbols)."""
+    arrays = [v for v in values.values() if _numeric_array(v)]
+    if len(arrays) > 1 and _positive(np.concatenate([a.ravel() for a in arrays])):
+        values = {k: v for k, v in values.items() if not _numeric_array(v)}  # checked at once
     for name, v in values.items():
-        if v is None:
-            continue
-        if type(v) is int:  # the common scalar case, without numpy
-            if v > 0:
-                continue
+        if v is not None and not _positive(v):
             raise UserError(f"{name} must be a positive number (got {v!r})")
-        if is_symbolic(v):
-            continue
-        a = np.asarray(v)
-        ok = a.dtype.kind in "iu" or (a.dtype.kind == "f" and bool(np.isfinite(a).all()))
-        if not ok or not bool((a > 0).all()):
-            raise UserError(f"{name} must be a positive number (got {v!r})")
+
+
+def _numeric_array(v) -> bool:
+    return type(v) is np.ndarray and v.dtype.kind in "iuf"
+
+
+def _positive(v) -> bool:
+    kind = type(v)
+    if kind is int:  # the common cases first, with the fewest numpy calls
+        return v > 0
+    if kind is float:
+        return 0 < v < math.inf
+    if _numeric_array(v) and v.size:
+        return bool(v.min() > 0) and (v.dtype.kind != "f" or bool(v.max() < math.inf))
+    if is_symbolic(v):
+        return True
+    a = np.asarray(v)
+    ok = a.dtype.kind in "iu" or (a.dtype.kind == "f" and bool(np.isfinite(a).all()))
+    return ok and bool((a > 0).all())
 
 
 def check_choice(name: str, value, choices) -> None:

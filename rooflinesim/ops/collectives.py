@@ -51,7 +51,7 @@ class Collective(Op):
         check_choice("collective", self.kind, KINDS)
         check_choice("collective algorithm", self.algorithm, ALGORITHMS)
         check_positive(bytes=self.bytes, world_size=self.world_size)
-        if not is_symbolic(self.world_size) and np.any(np.asarray(self.world_size) < 2):
+        if not is_symbolic(self.world_size) and (np.asarray(self.world_size) < 2).any():
             raise UserError("a collective needs a world size of at least 2 GPUs")
         if self.algorithm != "ring" and self.kind != "allreduce":
             raise UserError(f"the {self.algorithm} algorithm applies to allreduce only")

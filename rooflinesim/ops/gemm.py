@@ -85,20 +85,24 @@ class Gemm(Op):
     def tile_bytes(self, tile_m=TILE_M, tile_n=TILE_N):
         """L2-to-SM traffic: every output tile streams its tile_m rows of A and tile_n rows
         of W through the whole k dimension, then writes its output tile."""
+        return self._tile_reads(tile_m, tile_n) + self.bytes_c()
+
+    def _tile_reads(self, tile_m, tile_n):
         a = bytes_per_element(FORMATS[self.dtype][0])
         w = bytes_per_element(FORMATS[self.dtype][1])
         per_tile = (tile_m * a + tile_n * w) * self.k
-        return self.tiles(tile_m, tile_n) * per_tile + self.bytes_c()
+        return self.tiles(tile_m, tile_n) * per_tile
 
     def padded_flops(self, tile_m=TILE_M, tile_n=TILE_N):
         """FLOPs the tensor cores execute when partial edge tiles are computed whole."""
         return 2 * self.tiles(tile_m, tile_n) * tile_m * tile_n * self.k
 
     def work(self) -> Work:
+        c = self.bytes_c()
         return Work(
             tensor_flops={self.math_rate: self.flops()},
-            hbm_bytes=self.ideal_bytes(),
-            l2_bytes=self.tile_bytes(),
+            hbm_bytes=self.bytes_a() + self.bytes_w() + c,  # ideal_bytes()
+            l2_bytes=self._tile_reads(TILE_M, TILE_N) + c,  # tile_bytes()
             kernels=1,
         )
 

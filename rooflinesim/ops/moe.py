@@ -65,6 +65,18 @@ class GroupedGemm(Op):
         )
 
 
+def _spread_tiles(experts, rows):
+    """Sum over ``experts`` of ceil(rows_e / TILE_M) when ``rows`` spread evenly over them."""
+    return experts * ceil(rows / (experts * TILE_M))
+
+
+def _sharded(ep) -> bool:
+    """Whether the experts are spread over more than one GPU."""
+    if type(ep) is int:
+        return ep > 1
+    return is_symbolic(ep) or bool((np.asarray(ep) > 1).any())
+
+
 def expected_touched(tokens, experts, top_k):
     """Expected experts with at least one token under uniform top-k routing."""
     return experts * (1 - (1 - top_k / experts) ** tokens)
@@ -103,8 +115,8 @@ class MoE(Op):
                        experts=self.experts, top_k=self.top_k, ep=self.ep)
         check_choice("GEMM dtype", self.dtype, FORMATS)
         check_choice("routing", self.routing, ("uniform", "balanced", "explicit"))
-        if not is_symbolic(self.top_k, self.experts) and np.any(
-                np.asarray(self.top_k) > np.asarray(self.experts)):
+        if not is_symbolic(self.top_k, self.experts) and (
+                np.asarray(self.top_k) > np.asarray(self.experts)).any():
             raise UserError("top_k cannot exceed the number of experts")
         if self.tokens_per_expert is not None:
             counts = np.asarray(self.tokens_per_expert)
@@ -114,8 +126,8 @@ class MoE(Op):
         if self.imbalance is not None and not is_symbolic(self.imbalance):
             if np.any(np.asarray(self.imbalance) < 1):
                 raise UserError("imbalance is the busiest expert's load over the mean; it must be >= 1")
-        if not is_symbolic(self.experts, self.ep) and np.any(
-                np.asarray(self.experts) % np.asarray(self.ep) != 0):
+        if not is_symbolic(self.experts, self.ep) and (
+                np.asarray(self.experts) % np.asarray(self.ep) != 0).any():
             raise UserError("the expert-parallel degree must divide the number of experts")
 
     # --- routing statistics (per GPU when ep > 1) ---
@@ -156,48 +168,54 @@ class MoE(Op):
         if self.tokens_per_expert is not None:
             counts = np.asarray(self.tokens_per_expert).reshape(int(self.ep), -1)
             return int(np.ceil(counts / TILE_M).sum(axis=1).max())
-        experts = self.touched() / self.ep
-        return experts * ceil(self.rows_per_gpu() / (experts * TILE_M))
+        return _spread_tiles(self.touched() / self.ep, self.rows_per_gpu())
 
     # --- the kernels ---
     def kernels(self) -> list[tuple[str, Op]]:
         """The kernels one GPU runs. With ``ep`` > 1, ``tokens`` are those of the whole
         expert-parallel group: each GPU routes its own tokens / ep, sends their routed
         rows to the experts' GPUs, and computes the rows routed to its experts."""
+        return [(name, cls(**args)) for name, cls, args in self.kernel_args()]
+
+    def kernel_args(self) -> list[tuple[str, type, dict]]:
+        """The kernels of :meth:`kernels` unbuilt: (name, op class, keyword arguments)."""
         t, h, f, e = self.tokens, self.hidden, self.ffn, self.experts
         local_tokens = t / self.ep
         local_routed = self.routed_rows() / self.ep
         rows = self.rows_per_gpu()
         experts_here = self.touched() / self.ep
+        tiles = (self.row_tiles() if self.tokens_per_expert is not None
+                 else _spread_tiles(experts_here, rows))
         ad = self.act_dtype
         out = [
-            ("router", Gemm(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
-            ("topk", Norm(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax", name="topk")),
-            ("routing", Bookkeeping(kernels=self.routing_kernels, bytes=local_routed * 16,
-                                    name="routing")),
-            ("dispatch", Gather(rows_in=local_routed, rows_out=local_routed, width=h, dtype=ad,
-                                name="dispatch")),
+            ("router", Gemm, dict(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
+            ("topk", Norm, dict(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax",
+                                name="topk")),
+            ("routing", Bookkeeping, dict(kernels=self.routing_kernels, bytes=local_routed * 16,
+                                          name="routing")),
+            ("dispatch", Gather, dict(rows_in=local_routed, rows_out=local_routed, width=h, dtype=ad,
+                                      name="dispatch")),
         ]
-        sharded = is_symbolic(self.ep) or np.any(np.asarray(self.ep) > 1)
+        sharded = _sharded(self.ep)
         a2a_bytes = local_routed * h * bytes_per_element(ad)  # this GPU's send buffer
         if sharded:
-            out.append(("ep_dispatch", Collective(kind="alltoall", bytes=a2a_bytes,
-                                                  world_size=self.ep, name="ep_dispatch")))
+            out.append(("ep_dispatch", Collective, dict(kind="alltoall", bytes=a2a_bytes,
+                                                        world_size=self.ep, name="ep_dispatch")))
         out += [
-            ("experts_gate_up", GroupedGemm(rows=rows, n=2 * f, k=h, experts=experts_here,
-                                            dtype=self.dtype, row_tiles=self.row_tiles(),
-                                            name="experts_gate_up")),
-            ("experts_act", Elementwise(elements=rows * f, kind="silu_mul", dtype=ad,
-                                        name="experts_act")),
-            ("experts_down", GroupedGemm(rows=rows, n=h, k=f, experts=experts_here,
-                                         dtype=self.dtype, row_tiles=self.row_tiles(),
-                                         name="experts_down")),
+            ("experts_gate_up", GroupedGemm, dict(rows=rows, n=2 * f, k=h, experts=experts_here,
+                                                  dtype=self.dtype, row_tiles=tiles,
+                                                  name="experts_gate_up")),
+            ("experts_act", Elementwise, dict(elements=rows * f, kind="silu_mul", dtype=ad,
+                                              name="experts_act")),
+            ("experts_down", GroupedGemm, dict(rows=rows, n=h, k=f, experts=experts_here,
+                                               dtype=self.dtype, row_tiles=tiles,
+                                               name="experts_down")),
         ]
         if sharded:
-            out.append(("ep_combine", Collective(kind="alltoall", bytes=a2a_bytes,
-                                                 world_size=self.ep, name="ep_combine")))
-        out.append(("combine", Gather(rows_in=local_routed, rows_out=local_tokens, width=h,
-                                      dtype=ad, name="combine")))
+            out.append(("ep_combine", Collective, dict(kind="alltoall", bytes=a2a_bytes,
+                                                       world_size=self.ep, name="ep_combine")))
+        out.append(("combine", Gather, dict(rows_in=local_routed, rows_out=local_tokens, width=h,
+                                            dtype=ad, name="combine")))
         return out
 
     def work(self) -> Work:
