@@ -118,12 +118,11 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     # strides aligned to 2 bytes or less run other kernels (CUTLASS sm75 tensor-op and
     # GEMV kernels, seen in the kernel names): their own parameters where fitted
     odd = profile.find("gemm", *(f"{k}:align2" for k in keys))
-    mask = gemm_alignment(op) < 4
-    if odd is None or not mask.any():
+    if odd is None:
         return _gemm_time(op, spec, p)
-    if mask.all():
-        return _gemm_time(op, spec, odd)
-    return select_timing(mask, _gemm_time(op, spec, odd), _gemm_time(op, spec, p))
+    odd_mask = gemm_alignment(op) < 4
+    return by_regime(op, [(odd_mask, lambda o: _gemm_time(o, spec, odd)),
+                          (~odd_mask, lambda o: _gemm_time(o, spec, p))])
 
 
 def _gemm_time(op: Gemm, spec, p) -> Timing:
@@ -208,16 +207,14 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
     # an unmeasured backend (or none named) takes the measured backend of its variant
     keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
     base = profile.params("attention", *keys)
-    regimes = [(name, mask) for name, pick in ATTENTION_REGIMES.get(op.backend or "", ())
-               if (mask := pick(op)).any()]
-    if not regimes:
-        return _attention_time(op, spec, base)
-    t = _attention_time(op, spec, base) if not all(m.all() for _, m in regimes) else None
-    for name, mask in regimes:
+    regimes, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
+    for name, pick in ATTENTION_REGIMES.get(op.backend or "", ()):
+        mask = np.asarray(pick(op), dtype=bool) & ~taken  # the first regime that claims a point
         p = profile.params("attention", f"{op.backend}:{name}", *keys)
-        tr = _attention_time(op, spec, p)
-        t = tr if t is None else select_timing(mask, tr, t)
-    return t
+        regimes.append((mask, lambda o, p=p: _attention_time(o, spec, p)))
+        taken = taken | mask
+    regimes.append((~taken, lambda o: _attention_time(o, spec, base)))
+    return by_regime(op, regimes)
 
 
 def _attention_time(op: Attention, spec, p) -> Timing:
@@ -229,7 +226,8 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     fill_keys = p.seq_overhead
     if p.causal_overhead:
         # diagonal blocks of causal attention are computed whole, then masked
-        fill_keys = fill_keys + p.causal_overhead * np.asarray(op.causal, dtype=float)
+        # (a single query row sees every key: nothing to mask)
+        fill_keys = fill_keys + p.causal_overhead * (np.asarray(op.causal) & (np.asarray(op.seq_q) > 1))
     if np.any(fill_keys):
         fill = (keys_per_query + fill_keys) / keys_per_query
         scale = scale * fill
@@ -293,6 +291,48 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     return kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
                        overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
                        losses=losses, extra_s=extra, kernels=kernels)
+
+
+def by_regime(op, regimes) -> Timing:
+    """Price each point of ``op`` by the regime it falls in: ``regimes`` is a list of
+    (mask, time function) whose masks split the points. Large arrays are split so that
+    each regime prices only its own points; small ones are priced whole by every regime
+    present (fewer numpy calls), then picked point by point."""
+    present = [(np.asarray(m), fn) for m, fn in regimes if np.any(m)]
+    if len(present) == 1:
+        return present[0][1](op)
+    shape = present[0][0].shape
+    if present[0][0].size < 256:
+        t = present[-1][1](op)
+        for m, fn in present[-2::-1]:
+            t = select_timing(m, fn(op), t)
+        return t
+    from dataclasses import fields, replace
+
+    arrays = {f.name: np.broadcast_to(v, shape) for f in fields(op)
+              if np.ndim(v := getattr(op, f.name)) > 0}
+    return _scatter(shape, [(m, fn(replace(op, **{k: v[m] for k, v in arrays.items()})))
+                            for m, fn in present])
+
+
+def _scatter(shape, parts) -> Timing:
+    """One timing over ``shape`` from timings of the points each mask selects."""
+    from dataclasses import replace
+
+    def merge(values):
+        if isinstance(values[0], dict):
+            keys = {k for v in values for k in v}
+            return {k: merge([v.get(k, 0.0) for v in values]) for k in keys}
+        kind = object if any(np.asarray(v).dtype.kind in "OUS" for v in values) else float
+        out = np.empty(shape, dtype=kind)
+        for (m, _), v in zip(parts, values):
+            out[m] = v
+        return out
+
+    first = parts[0][1]
+    return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in (
+        "latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
+        "hbm_s", "l2_s", "link_s", "launch_s", "losses")})
 
 
 def select_timing(mask, a: Timing, b: Timing) -> Timing:
