@@ -249,12 +249,19 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
         splits = np.where(short, fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n),
                                             2 * sms), 1.0)
-        tile = np.where(splits > 1, 64.0, 2.0 * tile)
+        tile = np.where((splits > 1) | (d > 192), 64.0, 2.0 * tile)
         blocks = heads * np.ceil(group_rows / tile)
     else:
         # short queries split the keys over more blocks when the GPU would be under-filled
         # (flash-decoding): the splits then share out the walk over the keys
         splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
+    if p.head_dim_tile > 1:
+        # the kernel's matrix products run on head dims rounded up to its tile (cuDNN
+        # computes a head dim of 96 as 128)
+        d = np.asarray(op.head_dim, dtype=float)
+        wide = np.ceil(d / p.head_dim_tile) * p.head_dim_tile / d
+        scale = scale * wide
+        losses["head_dim_padding"] = wide
     if np.any(tile > 1):
         # a block computes its whole query tile, however few of its rows are real
         pad = np.ceil(group_rows / tile) * tile / group_rows
@@ -285,6 +292,12 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         losses["block_rounds"] = rounds
     if p.unsplit_memory_efficiency < 1:
         memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
+    # a decode group larger than the tile takes several blocks, each streaming the
+    # head's whole KV cache
+    rereads = np.where(one, np.ceil(group_rows / tile), 1.0)
+    if np.any(rereads > 1):
+        memory_scale = memory_scale * rereads
+        losses["kv_rereads"] = rereads
     kernels = None
     if p.split_kv == "fa2":
         kernels = np.where(splits > 1, 2.0, 1.0)  # the split kernel and its combine

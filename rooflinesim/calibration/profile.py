@@ -63,6 +63,8 @@ class KernelParams(BaseModel):
     row_element_s: float = Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
         "that one thread block walks in series"))
+    head_dim_tile: int = Field(1, ge=1, description=(
+        "attention: head dims are computed rounded up to a multiple of this"))
     critical_path: float = Field(0.0, ge=0, description=(
         "attention: weight of the critical path, the block of the last queries walking every "
         "key over its query tile at its SM's share of the rate (0: off)"))
