@@ -1,0 +1,101 @@
+"""The kernel choices the timing rules copy from the libraries: FlashAttention-2's split
+of the keys, cuBLAS's kernels for misaligned strides, cuDNN's decode kernel, and the
+per-regime pricing of arrays."""
+
+import numpy as np
+import pytest
+
+from rooflinesim.calibration.profile import KernelParams, Profile, resolve_profile
+from rooflinesim.hardware import load_spec
+from rooflinesim.ops import Attention, Copy, Gemm
+from rooflinesim.rules import fa2_splits, gemm_alignment
+from rooflinesim.timing import predict
+
+H200 = load_spec("h200")
+PROFILE = resolve_profile(H200, None)
+
+
+def _fa2_reference(blocks, key_blocks, slots, max_splits=128):
+    """FlashAttention-2's num_splits_heuristic, written as a plain loop."""
+    if blocks >= 0.8 * slots:
+        return 1
+    max_splits = min(max_splits, slots, key_blocks)
+    eff = []
+    for s in range(1, max_splits + 1):
+        eligible = s == 1 or -(-key_blocks // s) != -(-key_blocks // (s - 1))
+        waves = blocks * s / slots
+        eff.append(waves / np.ceil(waves) if eligible else 0.0)
+    best = max(eff)
+    return next(s for s, e in enumerate(eff, 1) if e and e >= 0.85 * best)
+
+
+@pytest.mark.parametrize("blocks,key_blocks", [(1, 50), (4, 119), (24, 50), (64, 12), (128, 2),
+                                               (200, 3), (250, 400), (7, 1), (33, 33)])
+def test_fa2_splits_match_the_library_heuristic(blocks, key_blocks):
+    assert fa2_splits(blocks, key_blocks, 264) == _fa2_reference(blocks, key_blocks, 264)
+
+
+def test_fa2_splits_are_vectorized():
+    blocks = np.array([1, 4, 24, 64, 300])
+    keys = np.array([50, 119, 50, 12, 40])
+    got = fa2_splits(blocks, keys, 264)
+    assert got.tolist() == [_fa2_reference(b, k, 264) for b, k in zip(blocks, keys)]
+
+
+def test_alignment_classes():
+    assert gemm_alignment(Gemm(m=7, n=4096, k=4096)) == 16
+    assert gemm_alignment(Gemm(m=7, n=4096, k=4100)) == 8
+    assert gemm_alignment(Gemm(m=7, n=4097, k=4096)) == 2
+
+
+def test_regime_split_prices_each_point_as_alone():
+    """Large arrays mixing regimes (aligned and odd GEMMs; decode and prefill attention)
+    are split by regime: every point must be priced exactly as on its own."""
+    rng = np.random.default_rng(1)
+    m, n, k = (rng.integers(1, 8192, 400) for _ in range(3))
+    many = predict(Gemm(m=m, n=n, k=k), H200, PROFILE).latency_s
+    one = [predict(Gemm(m=int(a), n=int(b), k=int(c)), H200, PROFILE).latency_s for a, b, c in zip(m, n, k)]
+    np.testing.assert_allclose(many, one, rtol=1e-12)
+    seq_q = np.where(rng.random(300) < 0.5, 1, rng.integers(2, 4096, 300))
+    att = Attention(batch=4, heads=32, kv_heads=8, seq_q=seq_q, seq_kv=np.maximum(seq_q, 4096),
+                    head_dim=np.where(rng.random(300) < 0.5, 128, 256), causal=True, backend="sdpa-cudnn")
+    many = predict(att, H200, PROFILE).latency_s
+    one = [predict(Attention(batch=4, heads=32, kv_heads=8, seq_q=int(q), seq_kv=max(int(q), 4096),
+                             head_dim=int(d), causal=True, backend="sdpa-cudnn"), H200, PROFILE).latency_s
+           for q, d in zip(seq_q, att.head_dim)]
+    np.testing.assert_allclose(many, one, rtol=1e-12)
+
+
+def test_odd_gemms_use_their_own_parameters():
+    assert PROFILE.find("gemm", "bf16:align2") is not None
+    odd, aligned = Gemm(m=4096, n=4096, k=4095), Gemm(m=4096, n=4096, k=4096)
+    # element-aligned strides run pre-Hopper kernels: several times slower when compute-bound
+    assert predict(odd, H200, PROFILE).latency_s > 3 * predict(aligned, H200, PROFILE).latency_s
+
+
+def test_single_token_queries_pay_no_causal_diagonal():
+    one = dict(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=8192, head_dim=128, backend="sdpa-cudnn")
+    assert predict(Attention(causal=True, **one), H200, PROFILE).latency_s == \
+        predict(Attention(causal=False, **one), H200, PROFILE).latency_s
+
+
+def test_decode_groups_wider_than_a_tile_reread_the_cache():
+    narrow = Attention(batch=16, heads=16, kv_heads=1, seq_q=1, seq_kv=16384, head_dim=128,
+                       causal=False, backend="sdpa-cudnn")
+    wide = Attention(batch=16, heads=48, kv_heads=1, seq_q=1, seq_kv=16384, head_dim=128,
+                     causal=False, backend="sdpa-cudnn")
+    t = predict(wide, H200, PROFILE)
+    assert t.losses["kv_rereads"] == 3  # 48 query heads on 16-row tiles
+    assert t.latency_s > 2 * predict(narrow, H200, PROFILE).latency_s
+
+
+def test_misaligned_copies_pay_a_fixed_cost_and_large_ones_do_not_slow_twice():
+    p = Profile(kind="fitted", kernels={"memory": {"copy": KernelParams(
+        memory_efficiency=0.9, launch_s=1e-6, align8_memory=0.65, align2_memory=0.65,
+        align2_launch_s=3e-7, large_bytes=1e9, large_memory_efficiency=0.65)}})
+    small_even, small_odd = Copy(bytes=4096), Copy(bytes=4095)
+    assert predict(small_odd, H200, p).latency_s - predict(small_even, H200, p).latency_s == \
+        pytest.approx(3e-7, rel=0.05)
+    big_odd, big_even = Copy(bytes=4_000_000_001), Copy(bytes=4_000_000_000)
+    # past the size step both run at the slow rate: the odd size is not slower again
+    assert predict(big_odd, H200, p).latency_s == pytest.approx(predict(big_even, H200, p).latency_s, rel=1e-3)
