@@ -16,6 +16,7 @@ from .ops.sequence import Sequence
 from .timing import Timing, collective_time, kernel_time, sum_timings
 
 ALIGN_BYTES = 16
+KEY_TILE = 128  # keys an attention block loads at a time
 VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 # formats with no fitted parameters of their own take those of the nearest measured one:
 # w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
@@ -223,13 +224,17 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     seq_q = np.asarray(op.seq_q)
     rows = op.batch * op.heads * seq_q
     keys_per_query = op.pairs() / rows
-    fill_keys = p.seq_overhead
+    computed = keys_per_query
     if p.causal_overhead:
-        # diagonal blocks of causal attention are computed whole, then masked
-        # (a single query row sees every key: nothing to mask)
-        fill_keys = fill_keys + p.causal_overhead * (np.asarray(op.causal) & (np.asarray(op.seq_q) > 1))
-    if np.any(fill_keys):
-        fill = (keys_per_query + fill_keys) / keys_per_query
+        # diagonal blocks of causal attention are computed whole, then masked: never more
+        # keys than the cache holds, rounded up to whole key tiles (a single query row
+        # sees every key: nothing to mask)
+        cap = np.maximum(np.ceil(np.asarray(op.seq_kv) / KEY_TILE) * KEY_TILE, keys_per_query)
+        masked = np.asarray(op.causal) & (seq_q > 1)
+        computed = np.where(masked, np.minimum(keys_per_query + p.causal_overhead, cap), keys_per_query)
+    if p.seq_overhead or p.causal_overhead:
+        # plus each query block's fixed work (loads, softmax rescale, output), in keys
+        fill = (computed + p.seq_overhead) / keys_per_query
         scale = scale * fill
         losses["kv_fill"] = fill
     # the query heads that share a KV head are packed into one block's rows (GQA), so
