@@ -17,6 +17,7 @@ from .timing import Timing, collective_time, kernel_time, sum_timings
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
+GEMM_REGIMES = (("align2", 0, 4), ("align8", 4, 16))  # (profile key suffix, stride bytes from, to)
 VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 # formats with no fitted parameters of their own take those of the nearest measured one:
 # w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
@@ -116,14 +117,22 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
     keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
     p = profile.params("gemm", *keys)
-    # strides aligned to 2 bytes or less run other kernels (CUTLASS sm75 tensor-op and
-    # GEMV kernels, seen in the kernel names): their own parameters where fitted
-    odd = profile.find("gemm", *(f"{k}:align2" for k in keys))
-    if odd is None:
+    # misaligned strides run other kernels (seen in the kernel names: CUTLASS sm80
+    # tensor-op and WMMA kernels for 4-8 bytes; sm75 tensor-op and GEMV kernels for 2
+    # bytes or less): their own parameters where fitted, else the aligned ones with
+    # the alignment factors
+    regimes, a, taken = [], None, None
+    for name, lo, hi in GEMM_REGIMES:
+        q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
+        if q is None:
+            continue
+        a = gemm_alignment(op) if a is None else a
+        mask = (a >= lo) & (a < hi)
+        regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
+        taken = mask if taken is None else taken | mask
+    if not regimes:
         return _gemm_time(op, spec, p)
-    odd_mask = gemm_alignment(op) < 4
-    return by_regime(op, [(odd_mask, lambda o: _gemm_time(o, spec, odd)),
-                          (~odd_mask, lambda o: _gemm_time(o, spec, p))])
+    return by_regime(op, [*regimes, (~taken, lambda o: _gemm_time(o, spec, p))])
 
 
 def _gemm_time(op: Gemm, spec, p) -> Timing:
