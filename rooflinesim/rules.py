@@ -164,8 +164,19 @@ def _gemm_time(op: Gemm, spec, p) -> Timing:
         slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
         extra = np.asarray(op.k) * p.k_element_s / slow / splits
         losses["k_serial_s"] = extra
-    return kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
-                       losses=losses, kernels=kernels, extra_s=extra)
+    t = kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
+                    losses=losses, kernels=kernels, extra_s=extra)
+    if p.split_k_s:
+        # a split k also writes fp32 partial tiles and runs the reduction over them
+        return _with_fixed(t, (np.asarray(kernels) - 1.0) * p.split_k_s)
+    return t
+
+
+def _with_fixed(t: Timing, seconds) -> Timing:
+    """``t`` with a fixed time added to its latency (and counted as launch cost)."""
+    from dataclasses import replace
+
+    return replace(t, latency_s=t.latency_s + seconds, launch_s=t.launch_s + seconds)
 
 
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
@@ -394,11 +405,7 @@ def memory_rule(op, spec, profile) -> Timing:
     if isinstance(op, Norm) and p.row_bandwidth_elements:
         memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
     t = kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
-    if np.any(extra_launch):
-        from dataclasses import replace
-
-        t = replace(t, latency_s=t.latency_s + extra_launch, launch_s=t.launch_s + extra_launch)
-    return t
+    return _with_fixed(t, extra_launch) if np.any(extra_launch) else t
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:

@@ -33,6 +33,7 @@ PARAMS = {
     "memory_efficiency": (0.8, 0.02, 1.0, 0.1),
     "launch_s": (3e-6, 0.0, 2e-4, 1e-6),
     "align2_launch_s": (3e-7, 0.0, 2e-5, 1e-7),
+    "split_k_s": (1e-6, 0.0, 5e-5, 1e-7),
     "corner": (3.0, 1.05, 30.0, 1.0),
     "k_overhead": (64.0, 1.0, 8192.0, 32.0),
     "align8_compute": (0.3, 0.02, 1.0, 0.1),
@@ -129,7 +130,7 @@ def _groups(meas: Measurements) -> list[Group]:
     ]
     gemm_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align8_compute", "align8_memory", "skinny_misaligned_memory", "split_k_ratio",
-                 "k_element_s")
+                 "k_element_s", "split_k_s")
     for dts in (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",)):
         present = [d for d in dts if d in seen("gemm", lambda r: r.get("dtype", "bf16"))]
         if not present:

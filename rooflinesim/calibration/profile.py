@@ -52,6 +52,8 @@ class KernelParams(BaseModel):
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series; bounds "
         "GEMMs with few output tiles and a long k"))
+    split_k_s: float = Field(0.0, ge=0, description=(
+        "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"))
     align2_split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: split_k_ratio of the kernels for element-aligned strides, which split even "
         "a short k (0: as split_k_ratio)"))
