@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -64,6 +64,13 @@ focus)
   python3 -m rooflinesim.harness run --suite holdout2 --out "$out/holdout2.jsonl" \
     --time-budget 90 >>"$out/log-collectives.txt" 2>&1
   ;;
+holdout3)
+  # a third held-out set, measured after the model's last change and never looked at
+  # before it was reported
+  on_gpu 0 330 holdout3.jsonl holdout3
+  python3 -m rooflinesim.harness run --suite holdout3 --out "$out/holdout3.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 case $phase in
@@ -71,6 +78,7 @@ case $phase in
   main) keep_only calib-gemm.jsonl holdout.jsonl calib-attention.jsonl decoder-layers.jsonl ;;
   random) keep_only calib-random.jsonl eager-quick.jsonl ;;
   focus) keep_only calib-focus.jsonl holdout2.jsonl ;;
+  holdout3) keep_only holdout3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

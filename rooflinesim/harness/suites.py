@@ -488,6 +488,7 @@ _SUITES = {
     "random": random_suite,
     "focus": focus_suite,
     "holdout2": lambda: holdout_suite(seed=27182),
+    "holdout3": lambda: holdout_suite(seed=16180),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
