@@ -306,7 +306,8 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # blocks resident on its SM (two at most)
         per_sm = spec.peak(op.math_rate) * p.compute_efficiency / sms
         share = np.clip(np.ceil(blocks * splits / sms), 1.0, 2.0)
-        walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * np.asarray(op.head_dim)
+        # (the softmax of each key costs like walk_dim extra head-dim elements)
+        walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
         losses["critical_path_s"] = extra
     if p.block_s:

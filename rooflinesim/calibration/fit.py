@@ -55,6 +55,7 @@ PARAMS = {
     "softmax_overlap": (0.5, 0.0, 1.0, 0.1),
     "critical_path": (1.0, 0.0, 4.0, 0.1),
     "block_s": (1e-6, 0.0, 5e-5, 1e-7),
+    "walk_dim": (16.0, 0.0, 512.0, 8.0),
     "causal_overhead": (64.0, 0.0, 4096.0, 32.0),
     "latency_s": (10e-6, 0.0, 1e-3, 1e-6),
     "step_latency_s": (0.0, 0.0, 1e-4, 1e-6),
@@ -154,7 +155,7 @@ def _groups(meas: Measurements) -> list[Group]:
                              fixed={"tile_m": 64, "tile_n": 64, "align2_compute": 1.0},
                              also=tuple(("gemm", f"{d}:align2") for d in present[1:])))
     attention_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
-                      "seq_overhead", "critical_path", "block_s", "unsplit_memory_efficiency",
+                      "seq_overhead", "critical_path", "walk_dim", "block_s", "unsplit_memory_efficiency",
                       "causal_overhead", "softmax_overlap", "vector_efficiency")
     for be in seen("attention", lambda r: r.get("backend") or "fa3"):
         regimes = ATTENTION_REGIMES.get(be, ())
