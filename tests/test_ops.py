@@ -79,10 +79,17 @@ def test_moe_uniform_routing_statistics():
     assert np.isclose(expected_touched(t, e, k), e * (1 - (1 - k / e) ** t))
     busiest = expected_busiest(t, e, k)
     assert t * k / e < busiest <= t
-    moe = MoE(tokens=t, hidden=1024, ffn=2048, experts=e, top_k=k)
+    moe = MoE(tokens=t, hidden=1024, ffn=2048, experts=e, top_k=k, routing_kernels=3, eager=False)
     names = [n for n, _ in moe.kernels()]
     assert names == ["router", "topk", "routing", "dispatch", "experts_gate_up", "experts_act",
                      "experts_down", "combine"]
+    eager = MoE(tokens=t, hidden=1024, ffn=2048, experts=e, top_k=k)
+    assert [n for n, _ in eager.kernels()] == [
+        "router", "topk", "routing", "dispatch", "experts_gate_up", "experts_silu", "experts_mul",
+        "experts_down", "combine_weights", "combine"]
+    # PyTorch's ops one by one move more bytes than the fused kernels, never fewer FLOPs
+    assert eager.work().hbm_bytes > moe.work().hbm_bytes
+    assert eager.work().tensor_flops == moe.work().tensor_flops
     w = moe.work()
     # experts: gate+up (2F x H) and down (H x F) for every routed row; router T x E x H
     assert w.tensor_flops["bf16"] == 2 * t * k * 3 * 1024 * 2048 + 2 * t * e * 1024

@@ -135,16 +135,20 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
 @click.option("--imbalance", type=click.FloatRange(min=1), default=None,
               help="Busiest expert's load over the mean (overrides --routing).")
 @click.option("--ep", type=POS, default=1, show_default=True, help="Expert-parallel degree.")
+@click.option("--fused", is_flag=True,
+              help="An engine's fused MoE kernels (few routing kernels, fused SwiGLU and "
+                   "combine) instead of PyTorch ops one by one, as the harness measures.")
 @gpu_options
 @profile_option
 @json_option
-def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, gpu, spec_files,
+def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fused, gpu, spec_files,
         profile, as_json):
     """A MoE layer: router, top-k, dispatch, grouped expert GEMMs (SwiGLU), combine."""
     from ..ops.moe import MoE
 
     op = MoE(tokens=tokens, hidden=hidden, ffn=ffn, experts=experts, top_k=top_k,
-             dtype=dtype.lower(), routing=routing, imbalance=imbalance, ep=ep)
+             dtype=dtype.lower(), routing=routing, imbalance=imbalance, ep=ep,
+             **({"routing_kernels": 3, "eager": False} if fused else {}))
     _report(op, gpu, spec_files, profile, as_json,
             f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}")
 

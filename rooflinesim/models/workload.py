@@ -226,7 +226,7 @@ def _moe(s: _Shapes) -> list[Kernel]:
     m = s.model
     op = MoE(tokens=s.T * s.sh.moe_token_factor, hidden=s.h, ffn=s.sh.expert_ffn,
              experts=m.num_experts, top_k=m.num_experts_per_tok, dtype=s.d.weights,
-             act_dtype=s.act, ep=s.d.ep, routing_kernels=3)
+             act_dtype=s.act, ep=s.d.ep, routing_kernels=3, eager=False)
     # ep <= tp: every rank of the TP group already holds every token, so the experts'
     # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
     skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()

@@ -106,6 +106,11 @@ class MoE(Op):
     # small kernels of routing: top-k, sort by expert, histogram, offsets, weight
     # gathers and casts (about 20 in an eager PyTorch layer; fused engines run ~3)
     routing_kernels: int = 20
+    # PyTorch ops one by one (as the harness measures a layer): SiLU and the multiply
+    # apart, the routing weights applied to every routed row, and the combine as an
+    # index_add that reads and writes an output row for each routed row; False: an
+    # engine's fused kernels
+    eager: bool = True
     name: str = ""
 
     family: ClassVar[str] = "moe"
@@ -201,21 +206,32 @@ class MoE(Op):
         if sharded:
             out.append(("ep_dispatch", Collective, dict(kind="alltoall", bytes=a2a_bytes,
                                                         world_size=self.ep, name="ep_dispatch")))
-        out += [
-            ("experts_gate_up", GroupedGemm, dict(rows=rows, n=2 * f, k=h, experts=experts_here,
-                                                  dtype=self.dtype, row_tiles=tiles,
-                                                  name="experts_gate_up")),
-            ("experts_act", Elementwise, dict(elements=rows * f, kind="silu_mul", dtype=ad,
-                                              name="experts_act")),
-            ("experts_down", GroupedGemm, dict(rows=rows, n=h, k=f, experts=experts_here,
-                                               dtype=self.dtype, row_tiles=tiles,
-                                               name="experts_down")),
-        ]
+        out.append(("experts_gate_up", GroupedGemm, dict(rows=rows, n=2 * f, k=h, experts=experts_here,
+                                                         dtype=self.dtype, row_tiles=tiles,
+                                                         name="experts_gate_up")))
+        if self.eager:
+            out += [("experts_silu", Elementwise, dict(elements=rows * f, kind="silu", dtype=ad,
+                                                       name="experts_silu")),
+                    ("experts_mul", Elementwise, dict(elements=rows * f, kind="mul", dtype=ad,
+                                                      name="experts_mul"))]
+        else:
+            out.append(("experts_act", Elementwise, dict(elements=rows * f, kind="silu_mul", dtype=ad,
+                                                         name="experts_act")))
+        out.append(("experts_down", GroupedGemm, dict(rows=rows, n=h, k=f, experts=experts_here,
+                                                      dtype=self.dtype, row_tiles=tiles,
+                                                      name="experts_down")))
+        if self.eager:
+            out.append(("combine_weights", Elementwise, dict(elements=local_routed * h, kind="scale",
+                                                             dtype=ad, name="combine_weights")))
         if sharded:
             out.append(("ep_combine", Collective, dict(kind="alltoall", bytes=a2a_bytes,
                                                        world_size=self.ep, name="ep_combine")))
-        out.append(("combine", Gather, dict(rows_in=local_routed, rows_out=local_tokens, width=h,
-                                            dtype=ad, name="combine")))
+        if self.eager:  # each routed row is added into its token's row: read, modify, write
+            out.append(("combine", Gather, dict(rows_in=2 * local_routed, rows_out=local_routed,
+                                                width=h, dtype=ad, name="combine")))
+        else:
+            out.append(("combine", Gather, dict(rows_in=local_routed, rows_out=local_tokens, width=h,
+                                                dtype=ad, name="combine")))
         return out
 
     def work(self) -> Work:
