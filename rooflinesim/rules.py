@@ -340,18 +340,20 @@ def by_regime(op, regimes) -> Timing:
     present = [(np.asarray(m), fn) for m, fn in regimes if np.any(m)]
     if len(present) == 1:
         return present[0][1](op)
-    shape = present[0][0].shape
-    if present[0][0].size < 256:
+    from dataclasses import fields, replace
+
+    arrays = {f.name: v for f in fields(op) if np.ndim(v := getattr(op, f.name)) > 0}
+    shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()), *(m.shape for m, _ in present))
+    if int(np.prod(shape)) < 256:
         t = present[-1][1](op)
         for m, fn in present[-2::-1]:
             t = select_timing(m, fn(op), t)
         return t
-    from dataclasses import fields, replace
-
-    arrays = {f.name: np.broadcast_to(v, shape) for f in fields(op)
-              if np.ndim(v := getattr(op, f.name)) > 0}
-    return _scatter(shape, [(m, fn(replace(op, **{k: v[m] for k, v in arrays.items()})))
-                            for m, fn in present])
+    parts = []
+    for m, fn in present:
+        m = np.broadcast_to(m, shape)
+        parts.append((m, fn(replace(op, **{k: np.broadcast_to(v, shape)[m] for k, v in arrays.items()}))))
+    return _scatter(shape, parts)
 
 
 def _scatter(shape, parts) -> Timing:

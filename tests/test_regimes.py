@@ -99,3 +99,16 @@ def test_misaligned_copies_pay_a_fixed_cost_and_large_ones_do_not_slow_twice():
     big_odd, big_even = Copy(bytes=4_000_000_001), Copy(bytes=4_000_000_000)
     # past the size step both run at the slow rate: the odd size is not slower again
     assert predict(big_odd, H200, p).latency_s == pytest.approx(predict(big_even, H200, p).latency_s, rel=1e-3)
+
+
+def test_regimes_over_broadcast_grids():
+    """Arrays of different shapes broadcast together (a sweep grid) are split by regime
+    over the whole grid."""
+    seq_q = np.array([1, 1, 64, 512]).reshape(4, 1)
+    seq_kv = np.arange(1000, 61000, 100).reshape(1, 600)
+    grid = predict(Attention(batch=2, heads=32, kv_heads=8, seq_q=seq_q, seq_kv=seq_kv, head_dim=128,
+                             causal=True, backend="sdpa-cudnn"), H200, PROFILE).latency_s
+    assert grid.shape == (4, 600)
+    one = predict(Attention(batch=2, heads=32, kv_heads=8, seq_q=64, seq_kv=1500, head_dim=128,
+                            causal=True, backend="sdpa-cudnn"), H200, PROFILE).latency_s
+    assert grid[2, 5] == pytest.approx(one, rel=1e-12)
