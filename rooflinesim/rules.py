@@ -7,7 +7,7 @@ import numpy as np
 
 from .dtypes import bytes_per_element
 from .errors import UserError
-from .ops.attention import BLOCK_Q, Attention
+from .ops.attention import Attention
 from .ops.collectives import Collective
 from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
@@ -113,6 +113,13 @@ def _require(spec, rate: str, what: str):
         raise UserError(f"{spec.name} has no {rate} tensor-core rate, so it cannot run {what}")
 
 
+def gemm_regime_mask(op: Gemm, name: str):
+    """Where ``op``'s narrowest row stride falls in the alignment regime ``name``."""
+    lo, hi = next((lo, hi) for n, lo, hi in GEMM_REGIMES if n == name)
+    a = gemm_alignment(op)
+    return (a >= lo) & (a < hi)
+
+
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
     keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
@@ -121,13 +128,12 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     # tensor-op and WMMA kernels for 4-8 bytes; sm75 tensor-op and GEMV kernels for 2
     # bytes or less): their own parameters where fitted, else the aligned ones with
     # the alignment factors
-    regimes, a, taken = [], None, None
-    for name, lo, hi in GEMM_REGIMES:
+    regimes, taken = [], None
+    for name, _, _ in GEMM_REGIMES:
         q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
         if q is None:
             continue
-        a = gemm_alignment(op) if a is None else a
-        mask = (a >= lo) & (a < hi)
+        mask = gemm_regime_mask(op, name)
         regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
         taken = mask if taken is None else taken | mask
     if not regimes:
@@ -227,15 +233,23 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     # an unmeasured backend (or none named) takes the measured backend of its variant
     keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
-    base = profile.params("attention", *keys)
-    regimes, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
-    for name, pick in ATTENTION_REGIMES.get(op.backend or "", ()):
-        mask = np.asarray(pick(op), dtype=bool) & ~taken  # the first regime that claims a point
-        p = profile.params("attention", f"{op.backend}:{name}", *keys)
+    regimes = []
+    for name, mask in attention_regimes(op):
+        p = profile.params("attention", f"{op.backend}:{name}" if name else "", *keys)
         regimes.append((mask, lambda o, p=p: _attention_time(o, spec, p)))
-        taken = taken | mask
-    regimes.append((~taken, lambda o: _attention_time(o, spec, base)))
     return by_regime(op, regimes)
+
+
+def attention_regimes(op: Attention) -> list:
+    """(regime name, mask) for each kernel regime of the op's backend, the first regime
+    that claims a point taking it; the last, named "", is the backend's own kernel."""
+    out, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
+    for name, pick in ATTENTION_REGIMES.get(op.backend or "", ()):
+        mask = np.asarray(pick(op), dtype=bool) & ~taken
+        out.append((name, mask))
+        taken = taken | mask
+    out.append(("", ~taken))
+    return out
 
 
 def _attention_time(op: Attention, spec, p) -> Timing:
@@ -332,6 +346,11 @@ def _attention_time(op: Attention, spec, p) -> Timing:
                        losses=losses, extra_s=extra, kernels=kernels)
 
 
+# the fields of a Timing that hold a value per point (merged when regimes are joined)
+_PER_POINT = ("latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
+              "hbm_s", "l2_s", "link_s", "launch_s", "losses")
+
+
 def by_regime(op, regimes) -> Timing:
     """Price each point of ``op`` by the regime it falls in: ``regimes`` is a list of
     (mask, time function) whose masks split the points. Large arrays are split so that
@@ -371,9 +390,7 @@ def _scatter(shape, parts) -> Timing:
         return out
 
     first = parts[0][1]
-    return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in (
-        "latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
-        "hbm_s", "l2_s", "link_s", "launch_s", "losses")})
+    return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in _PER_POINT})
 
 
 def select_timing(mask, a: Timing, b: Timing) -> Timing:
@@ -385,9 +402,7 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
             return {k: pick(x.get(k, 0.0), y.get(k, 0.0)) for k in {**y, **x}}
         return np.where(mask, x, y)
 
-    return replace(a, **{f: pick(getattr(a, f), getattr(b, f)) for f in (
-        "latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
-        "hbm_s", "l2_s", "link_s", "launch_s", "losses")})
+    return replace(a, **{f: pick(getattr(a, f), getattr(b, f)) for f in _PER_POINT})
 
 
 def memory_rule(op, spec, profile) -> Timing:
@@ -396,7 +411,7 @@ def memory_rule(op, spec, profile) -> Timing:
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, 0.0
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
-        memory_scale = 1 / np.where(a >= 16, 1.0, np.where(a >= 4, p.align8_memory, p.align2_memory))
+        memory_scale = 1 / _class_factor(a, 1.0, p.align8_memory, p.align2_memory)
         if p.align2_launch_s:  # the head and tail bytes of an odd size take extra work
             extra_launch = np.where(a < 4, p.align2_launch_s, 0.0)
     if isinstance(op, Norm) and p.row_element_s:

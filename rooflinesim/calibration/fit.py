@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..ops import Attention, Gemm
+from ..rules import ATTENTION_REGIMES, attention_regimes, gemm_regime_mask
 from .profile import CollectiveParams, KernelParams, Profile
-from .records import COLLECTIVES, Measurements
+from .records import COLLECTIVES, Measurements, Unpredictable, to_op
 from .validate import stats
-from ..rules import ATTENTION_REGIMES, gemm_alignment
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -102,11 +103,6 @@ ATTENTION_FIXED = {
 }
 
 
-class _Shape:
-    """A record's fields as attributes, for the regime tests of the timing rules."""
-
-    def __init__(self, rec):
-        self.__dict__.update(rec)
 LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead"}
 
 
@@ -115,9 +111,26 @@ GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner"
                  "split_k_ratio", "align2_split_k_ratio", "k_element_s")
 
 
+def _regime(rec) -> str | None:
+    """The kernel regime the timing rules price a record's op in: an attention regime of
+    its backend, "align2" for a GEMM with element-aligned strides, else "" (None when the
+    record cannot be predicted)."""
+    try:
+        op = to_op(rec)
+    except (Unpredictable, UserError):
+        return None
+    if isinstance(op, Attention):
+        return next(name for name, mask in attention_regimes(op) if mask.any())
+    if isinstance(op, Gemm):
+        return "align2" if gemm_regime_mask(op, "align2") else ""
+    return ""
+
+
 def _groups(meas: Measurements) -> list[Group]:
     recs = meas.records
     seen = lambda op, f: sorted({f(r) for r in recs if r["op"] == op})  # noqa: E731
+    regimes = {id(r): _regime(r) for r in recs if r["op"] in ("gemm", "attention")}
+    regime = lambda r: regimes.get(id(r)) or ""  # noqa: E731
     out = [
         Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
@@ -139,10 +152,9 @@ def _groups(meas: Measurements) -> list[Group]:
         # 16-bit formats run the same kernels: one fit serves both; the other formats,
         # with fewer odd shapes measured, take the alignment and k-loop losses from it
         first = len(dts) > 1
-        odd = lambda r: bool(gemm_alignment(_Shape(r)) < 4)  # noqa: E731
         out.append(Group(f"gemm/{'+'.join(present)}", "gemm", present[0],
                          lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
-                         and not odd(r),
+                         and regime(r) != "align2",
                          gemm_free if first else gemm_free[:5] + ("split_k_ratio",)
                          + (("align8_compute", "align8_memory") if "tf32" in dts else ()),
                          fixed={"tile_m": 128, "tile_n": 128},
@@ -151,24 +163,22 @@ def _groups(meas: Measurements) -> list[Group]:
         if first:  # element-aligned strides: other kernels, fitted on their own
             out.append(Group(f"gemm/{'+'.join(present)}:align2", "gemm", f"{present[0]}:align2",
                              lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
-                             and odd(r), GEMM_ODD_FREE,
+                             and regime(r) == "align2", GEMM_ODD_FREE,
                              fixed={"tile_m": 64, "tile_n": 64, "align2_compute": 1.0},
                              also=tuple(("gemm", f"{d}:align2") for d in present[1:])))
     attention_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
                       "seq_overhead", "critical_path", "walk_dim", "block_s", "unsplit_memory_efficiency",
                       "causal_overhead", "softmax_overlap", "vector_efficiency")
     for be in seen("attention", lambda r: r.get("backend") or "fa3"):
-        regimes = ATTENTION_REGIMES.get(be, ())
-        in_regime = lambda r, regimes=regimes: any(bool(pick(_Shape(r))) for _, pick in regimes)  # noqa: E731
         out.append(Group(f"attention/{be}", "attention", be,
-                         lambda r, be=be, f=in_regime: r["op"] == "attention"
-                         and (r.get("backend") or "fa3") == be and not f(r),
+                         lambda r, be=be: r["op"] == "attention"
+                         and (r.get("backend") or "fa3") == be and regime(r) == "",
                          attention_free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
-        for name, pick in regimes:
+        for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
             out.append(Group(f"attention/{be}:{name}", "attention", f"{be}:{name}",
-                             lambda r, be=be, pick=pick: r["op"] == "attention"
-                             and (r.get("backend") or "fa3") == be and bool(pick(_Shape(r))),
+                             lambda r, be=be, name=name: r["op"] == "attention"
+                             and (r.get("backend") or "fa3") == be and regime(r) == name,
                              tuple(f for f in attention_free if f not in fixed), fixed=fixed))
     if any(r["op"] == "moe" for r in recs):
         out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
