@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -71,6 +71,24 @@ holdout3)
   python3 -m rooflinesim.harness run --suite holdout3 --out "$out/holdout3.jsonl" \
     --time-budget 90 >>"$out/log-collectives.txt" 2>&1
   ;;
+tokens)
+  # calibration cases at token counts that are not round; a fourth held-out set and
+  # 80 random decoder layers, both from new seeds
+  on_gpu 0 330 calib-tokens.jsonl tokens &
+  (on_gpu 1 240 holdout4.jsonl holdout4; on_gpu 1 100 random-layers.jsonl layers) &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout4 --out "$out/holdout4.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
+final)
+  # a fifth held-out set and 80 more random decoder layers (new seeds), measured after
+  # the model's last change and looked at only to report it
+  on_gpu 0 330 holdout5.jsonl holdout5 &
+  on_gpu 1 200 random-layers2.jsonl layers2 &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout5 --out "$out/holdout5.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 case $phase in
@@ -79,6 +97,8 @@ case $phase in
   random) keep_only calib-random.jsonl eager-quick.jsonl ;;
   focus) keep_only calib-focus.jsonl holdout2.jsonl ;;
   holdout3) keep_only holdout3.jsonl ;;
+  tokens) keep_only calib-tokens.jsonl holdout4.jsonl random-layers.jsonl ;;
+  final) keep_only holdout5.jsonl random-layers2.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

@@ -299,3 +299,26 @@ def test_cpu_timer_follows_the_replay_rules():
         clock[0] += 1e-4
     t = timing.time_cpu(fn, 3, clock=lambda: clock[0])
     assert t.calls == 20 and t.replays == 50 and t.measured_s == pytest.approx(1e-4)
+
+
+def test_committed_measurements_come_from_the_suites_as_defined():
+    """Every measured case in the committed H200 data is a case of the suite it names:
+    the suites still generate what was measured, so each file can be measured again."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "measurements" / "h200-sxm"
+    ids: dict = {}
+    checked = 0
+    for path in sorted(data.glob("*.jsonl")):
+        for rec in _lines(path):
+            name = rec.get("suite")
+            if "case_id" not in rec or name not in suites.SUITE_NAMES:
+                continue
+            if name not in ids:  # (collectives take the world size of the run)
+                ids[name] = {records.case_id(dict(c, world_size=w) if c["op"] in suites.COLLECTIVE_OPS
+                                             else c, m)
+                             for c in suites.suite_cases(name) for m in ("graph", "eager")
+                             for w in (2, 4, 8)}
+            assert rec["case_id"] in ids[name], f"{path.name}: {rec['case_id']} is not in suite {name}"
+            checked += 1
+    assert checked > 4000

@@ -8,7 +8,9 @@ import pytest
 from rooflinesim.calibration.profile import KernelParams, Profile, resolve_profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Copy, Gemm
-from rooflinesim.rules import fa2_splits, gemm_alignment
+from rooflinesim.ops.memory import Norm
+from rooflinesim.ops.sequence import Sequence
+from rooflinesim.rules import fa2_splits, gemm_alignment, in_sequence
 from rooflinesim.timing import predict
 
 H200 = load_spec("h200")
@@ -112,3 +114,34 @@ def test_regimes_over_broadcast_grids():
     one = predict(Attention(batch=2, heads=32, kv_heads=8, seq_q=64, seq_kv=1500, head_dim=128,
                             causal=True, backend="sdpa-cudnn"), H200, PROFILE).latency_s
     assert grid[2, 5] == pytest.approx(one, rel=1e-12)
+
+
+def test_norm_row_pass_doubles_past_the_size_step():
+    """A norm's serial row pass steps to twice its time once the input passes
+    row_double_bytes, whatever the row width; small inputs are untouched."""
+    base = dict(memory_efficiency=1.0, launch_s=1e-6, row_element_s=1e-9, rows_per_sm=16)
+    plain = Profile(kind="fitted", kernels={"memory": {"rmsnorm": KernelParams(**base)}})
+    step = Profile(kind="fitted", kernels={"memory": {"rmsnorm": KernelParams(**base, row_double_bytes=7e5)}})
+    few, many = Norm(tokens=4, hidden=8192), Norm(tokens=256, hidden=8192)
+    assert predict(few, H200, step).latency_s == pytest.approx(predict(few, H200, plain).latency_s, rel=1e-3)
+    t = predict(many, H200, step)
+    assert t.losses["row_pass"] == pytest.approx(2.0, rel=1e-3)
+    assert t.latency_s - predict(many, H200, plain).latency_s == pytest.approx(8192e-9, rel=0.05)
+
+
+def test_gemms_that_are_not_compute_bound_cost_more_in_a_sequence():
+    """The sequence/gemm cost is added where GEMMs run among other kernels (layers,
+    forward passes) and only to GEMMs that are not compute-bound; alone, as the harness
+    times them, they do not pay it."""
+    gemm_params = PROFILE.kernels["gemm"]
+    p = Profile(kind="fitted", kernels={"gemm": gemm_params,
+                                        "sequence": {"gemm": KernelParams(dependent_s=3e-6)}})
+    skinny, square = Gemm(m=4, n=4096, k=4096), Gemm(m=8192, n=8192, k=8192)
+    alone = Profile(kind="fitted", kernels={"gemm": gemm_params})
+    assert predict(skinny, H200, p).latency_s == predict(skinny, H200, alone).latency_s
+    assert in_sequence(predict(skinny, H200, p)).latency_s - predict(skinny, H200, p).latency_s == \
+        pytest.approx(3e-6)
+    assert in_sequence(predict(square, H200, p)).latency_s == predict(square, H200, p).latency_s
+    layer = Sequence(parts=(("a", skinny, 1), ("b", square, 1)))
+    assert predict(layer, H200, p).latency_s - predict(layer, H200, alone).latency_s == \
+        pytest.approx(3e-6)

@@ -48,6 +48,7 @@ PARAMS = {
     "k_element_s": (1e-10, 1e-13, 1e-8, 1e-11),
     "row_element_s": (1e-9, 1e-14, 1e-7, 1e-11),
     "rows_per_sm": (16.0, 0.25, 64.0, 1.0),
+    "row_double_bytes": (7e5, 1e4, 1e9, 1e5),
     "row_bandwidth_elements": (16384.0, 256.0, 1e7, 1000.0),
     "memory_latency_s": (1e-6, 0.0, 2e-5, 1e-7),
     "memory_latency_bytes": (1e6, 1e3, 1e9, 1e5),
@@ -64,6 +65,7 @@ PARAMS = {
     "fill_latency_s": (1e-5, 0.0, 2e-4, 1e-6),
     "fill_bytes": (1e6, 1e3, 1e9, 1e5),
     "large_bytes": (9e8, 1e8, 1e11, 1e8),
+    "dependent_s": (1e-6, 0.0, 2e-5, 1e-7),
     "large_memory_efficiency": (0.7, 0.1, 1.0, 0.1),
 }
 
@@ -103,7 +105,7 @@ ATTENTION_FIXED = {
 }
 
 
-LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead"}
+LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead", "row_double_bytes"}
 
 
 GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
@@ -138,7 +140,7 @@ def _groups(meas: Measurements) -> list[Group]:
                "align2_launch_s")),
         Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
-               "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements"),
+               "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements", "row_double_bytes"),
               also=(("memory", "layernorm"), ("memory", "softmax"), ("memory", "add"),
                     ("memory", "silu_mul"), ("memory", "gather"), ("memory", "default"))),
     ]
@@ -157,7 +159,7 @@ def _groups(meas: Measurements) -> list[Group]:
                          and regime(r) != "align2",
                          gemm_free if first else gemm_free[:5] + ("split_k_ratio",)
                          + (("align8_compute", "align8_memory") if "tf32" in dts else ()),
-                         fixed={"tile_m": 128, "tile_n": 128},
+                         fixed={"tile_m": 64, "tile_n": 128},
                          also=tuple(("gemm", d) for d in present[1:]),
                          inherit=None if first else ("gemm", "bf16")))
         if first:  # element-aligned strides: other kernels, fitted on their own
@@ -185,6 +187,11 @@ def _groups(meas: Measurements) -> list[Group]:
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
                           "k_overhead"),
                          fixed={"tile_m": 128}))
+    if any(r["op"] == "decoder_layer" for r in recs):
+        # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
+        # not compute-bound costs after other kernels rather than after copies of itself
+        out.append(Group("sequence", "sequence", "gemm", lambda r: r["op"] == "decoder_layer",
+                         ("dependent_s",)))
     for kind in seen_any(recs, COLLECTIVES):
         out.append(Group(kind, "collective", kind, lambda r, kind=kind: r["op"] == kind,
                          ("latency_s", "link_efficiency", "fill_latency_s", "fill_bytes")))

@@ -93,6 +93,10 @@ class KernelParams(BaseModel):
         "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
         "fewer resident blocks); 0: no effect"))
     rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM")
+    row_double_bytes: float = Field(0.0, ge=0, description=(
+        "norms: once a norm reads more than this many bytes in all, each row's serial pass "
+        "takes about twice as long (a smooth step; seen on the H200 from ~0.7 MB at any "
+        "row width, cause not established); 0: no effect"))
     memory_latency_s: float = Field(0.0, ge=0, description=(
         "first-byte latency of a memory-bound kernel, paid in full once it moves more than "
         "memory_latency_bytes"))
@@ -102,6 +106,10 @@ class KernelParams(BaseModel):
         "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"))
     large_memory_efficiency: float = Field(1.0, gt=0, le=1.0)
     seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys")
+    dependent_s: float = Field(0.0, ge=0, description=(
+        "family 'sequence', key 'gemm': extra time of a GEMM that is not compute-bound when it "
+        "follows other kernels (a layer, a forward pass) rather than copies of itself, as the "
+        "harness times kernels back to back"))
     l2_efficiency: float = Field(0.0, ge=0, le=1.0,
                                  description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
 

@@ -350,6 +350,26 @@ def _log_uniform(rng, lo, hi):
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
+def _random_layers(rng, count):
+    """Decoder layers of random widths, prefill (any prompt length) or decode."""
+    cases = []
+    while len(cases) < count:
+        d = 128
+        h = rng.choice((8, 12, 16, 24, 28, 32, 40))
+        kv = rng.choice([x for x in (1, 2, 4, 8) if h % x == 0])
+        hd = rng.choice((2048, 3072, 3584, 4096, 5120, 8192))
+        f = rng.choice((2816, 5632, 8192, 11008, 13824, 14336))
+        if rng.random() < 0.5:
+            b, sq = rng.choice((1, 2, 4)), _log_uniform(rng, 64, 8192)
+            if b * sq <= 32768:
+                cases.append(decoder_layer("prefill", b, sq, hd, h, kv, d, f))
+        else:
+            b, sq = _log_uniform(rng, 1, 256), _log_uniform(rng, 256, 32768)
+            if _kv_bytes(b, kv, sq + 1, d) <= KV_MAX_BYTES:
+                cases.append(decoder_layer("decode", b, sq, hd, h, kv, d, f))
+    return cases
+
+
 def holdout_suite(seed=31337):
     """Random shapes of every op from seeds the calibration suites never use: the
     measurements a fitted profile is validated on, never fitted to."""
@@ -367,20 +387,7 @@ def holdout_suite(seed=31337):
     cases += [copy(_log_uniform(rng, 2 * KIB, 2 * GIB)) for _ in range(20)]
     cases += [rmsnorm(_log_uniform(rng, 1, 32768), rng.choice((1536, 2560, 3584, 4096, 5120, 6144, 12288)))
               for _ in range(20)]
-    while sum(c["op"] == "decoder_layer" for c in cases) < 30:
-        d = 128
-        h = rng.choice((8, 12, 16, 24, 28, 32, 40))
-        kv = rng.choice([x for x in (1, 2, 4, 8) if h % x == 0])
-        hd = rng.choice((2048, 3072, 3584, 4096, 5120, 8192))
-        f = rng.choice((2816, 5632, 8192, 11008, 13824, 14336))
-        if rng.random() < 0.5:
-            b, sq = rng.choice((1, 2, 4)), _log_uniform(rng, 64, 8192)
-            if b * sq <= 32768:
-                cases.append(decoder_layer("prefill", b, sq, hd, h, kv, d, f))
-        else:
-            b, sq = _log_uniform(rng, 1, 256), _log_uniform(rng, 256, 32768)
-            if _kv_bytes(b, kv, sq + 1, d) <= KV_MAX_BYTES:
-                cases.append(decoder_layer("decode", b, sq, hd, h, kv, d, f))
+    cases += _random_layers(rng, 30)
     sizes = sorted({_log_uniform(rng, 4 * KIB, GIB) // 128 * 128 for _ in range(10)})
     cases += [collective(op, b) for op in COLLECTIVE_OPS for b in sizes]
     return cases
@@ -461,6 +468,35 @@ def focus_suite(seed=5151):
     return [c for c in cases if c["op"] != "rmsnorm" or c["tokens"] * c["hidden"] * 2 <= RMSNORM_MAX_BYTES]
 
 
+def tokens_suite(seed=7919):
+    """Calibration cases at token counts that are not round, as prefills of real
+    prompts give: GEMMs with any m against layer-sized (aligned) n and k, causal
+    prefills of any length, and RMSNorm over such token counts. The other suites draw
+    m from the same multiples as n and k, so aligned GEMMs rarely have an odd m there.
+    Its seed is used by no other suite."""
+    rng = random.Random(seed)
+    cases = []
+    while sum(c["op"] == "gemm" for c in cases) < 320:
+        m = _log_uniform(rng, 16, 16384)
+        n = _log_uniform(rng, 512, 57344) // 128 * 128
+        k = _log_uniform(rng, 512, 32768) // 128 * 128
+        r = rng.random()
+        c = gemm(m, n, k, "bf16" if r < 0.55 else "fp16" if r < 0.65 else "fp8")
+        if _gemm_fits(c):
+            cases.append(c)
+    while sum(c["op"] == "attention" for c in cases) < 120:
+        d = rng.choice((64, 128, 128, 128, 256))
+        h = rng.choice((8, 12, 16, 24, 28, 32, 40, 64))
+        kv = rng.choice([x for x in (1, 2, 4, 8, h) if h % x == 0])
+        b, s = rng.choice((1, 1, 2, 3, 4)), _log_uniform(rng, 64, 8192)
+        backend = rng.choice(("sdpa-cudnn", "sdpa-cudnn", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient"))
+        if b * s <= 32768:
+            cases.append(attention(b, h, kv, s, s, d, True, rng.choice(("bf16", "bf16", "fp16")), backend))
+    cases += [rmsnorm(_log_uniform(rng, 16, 4096), rng.choice((2048, 3584, 4096, 5120, 7168, 8192, 12288, 16384)))
+              for _ in range(60)]
+    return cases
+
+
 def cpu_tiny_suite():
     """numpy cases for a CPU and for CI: finishes in seconds on two cores."""
     cases = [{"op": "gemm", "dtype": "fp32", "m": m, "n": n, "k": k, "batch": 1, "backend": "numpy"}
@@ -489,6 +525,11 @@ _SUITES = {
     "focus": focus_suite,
     "holdout2": lambda: holdout_suite(seed=27182),
     "holdout3": lambda: holdout_suite(seed=16180),
+    "tokens": tokens_suite,
+    "holdout4": lambda: holdout_suite(seed=14142),
+    "layers": lambda: _random_layers(random.Random(2718), 80),  # held out: whole layers
+    "holdout5": lambda: holdout_suite(seed=57721),
+    "layers2": lambda: _random_layers(random.Random(1618), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")

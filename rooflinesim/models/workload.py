@@ -56,6 +56,7 @@ from ..ops.collectives import Collective
 from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
+from ..rules import in_sequence
 from ..timing import Timing, predict
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
@@ -412,7 +413,7 @@ def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> 
     for g in plan.groups:
         sizes = [ns[j] for j, _ in g.members]
         args = _stack([lists[j][i].args for j, i in g.members], sizes, g.numeric)
-        t = predict(g.cls(**g.static, **args), spec, profile)
+        t = in_sequence(predict(g.cls(**g.static, **args), spec, profile))
         timings.append(t)
         end = at + sum(sizes)
         for c, x in zip(cols, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
