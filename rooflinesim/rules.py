@@ -421,7 +421,7 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
 
 
 def memory_rule(op, spec, profile) -> Timing:
-    key = {Copy: "copy", Gather: "gather", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
+    key = {Copy: "copy", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
     p = profile.params("memory", key)
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, 0.0
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):

@@ -187,6 +187,11 @@ def _groups(meas: Measurements) -> list[Group]:
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
                           "k_overhead"),
                          fixed={"tile_m": 128}))
+        # the rows the harness's layer moves with PyTorch's index kernels (index_select
+        # dispatch, index_add combine: atomics) at a bandwidth of their own, given the
+        # expert GEMMs; engines' fused permutation kernels keep the memory kernels' own
+        out.append(Group("moe/indexed", "memory", "indexed", lambda r: r["op"] == "moe",
+                         ("memory_efficiency", "launch_s"), inherit=("memory", "rmsnorm")))
     if any(r["op"] == "decoder_layer" for r in recs):
         # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
         # not compute-bound costs after other kernels rather than after copies of itself
@@ -280,7 +285,7 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
         raise UserError("no successful measurements to fit")
     groups = _groups(meas)
     profile = Profile(gpu=spec.name, kind="fitted")
-    cv_errors: dict[str, list[float]] = {}
+    cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
     for group in groups:
         recs = [r for r in meas.records if group.select(r)
@@ -304,8 +309,11 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
         if errs.size:
             group_cv[group.name] = stats(errs)
             for r, e in zip([r for r, o in zip(recs, ok) if o], errs):
-                cv_errors.setdefault(r["op"], []).append(float(e))
-    cv = {op: stats(e) for op, e in sorted(cv_errors.items())}
+                cv_errors[id(r)] = (r["op"], float(e))  # a later group refines an earlier one
+    by_op: dict[str, list[float]] = {}
+    for op, e in cv_errors.values():
+        by_op.setdefault(op, []).append(e)
+    cv = {op: stats(e) for op, e in sorted(by_op.items())}
     run = next(iter(meas.runs.values()), {})
     profile = profile.model_copy(update={
         "provenance": {

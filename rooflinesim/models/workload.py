@@ -330,15 +330,18 @@ def _layout(kernels: list[Kernel], sh, d: Deployment) -> _Layout:
 
 
 def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
-    """Group the kernels of every phase by class and non-numeric arguments."""
+    """Group the kernels of every phase by class and non-numeric arguments. Attention is
+    not stacked across phases: prefill and decode run different kernels (regimes), and
+    an op of one regime is priced in one pass."""
     found: dict = {}
     for j, kernels in enumerate(lists):
         for i, k in enumerate(kernels):
             static = tuple((f, v) for f, v in k.args.items() if f != "name" and not _numeric(v))
             numeric = tuple(f for f, v in k.args.items() if _numeric(v))
-            found.setdefault((k.cls, static), (numeric, []))[1].append((j, i))
+            phase = j if k.cls is Attention else None
+            found.setdefault((k.cls, static, phase), (numeric, []))[1].append((j, i))
     return tuple(_Group(cls, dict(static), numeric, tuple(members))
-                 for (cls, static), (numeric, members) in found.items())
+                 for (cls, static, _), (numeric, members) in found.items())
 
 
 class _Plan:

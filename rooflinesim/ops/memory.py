@@ -98,6 +98,7 @@ class Gather(Op):
     rows_out: Any
     width: Any
     dtype: str = "bf16"
+    kind: str = "gather"  # "indexed": eager PyTorch's index_select / index_add kernels
     name: str = ""
 
     family: ClassVar[str] = "gather"

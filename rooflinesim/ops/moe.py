@@ -192,6 +192,7 @@ class MoE(Op):
         tiles = (self.row_tiles() if self.tokens_per_expert is not None
                  else _spread_tiles(experts_here, rows))
         ad = self.act_dtype
+        moved = "indexed" if self.eager else "gather"  # PyTorch's index kernels, or an engine's
         out = [
             ("router", Gemm, dict(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
             ("topk", Norm, dict(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax",
@@ -199,7 +200,7 @@ class MoE(Op):
             ("routing", Bookkeeping, dict(kernels=self.routing_kernels, bytes=local_routed * 16,
                                           name="routing")),
             ("dispatch", Gather, dict(rows_in=local_routed, rows_out=local_routed, width=h, dtype=ad,
-                                      name="dispatch")),
+                                      kind=moved, name="dispatch")),
         ]
         sharded = _sharded(self.ep)
         a2a_bytes = local_routed * h * bytes_per_element(ad)  # this GPU's send buffer
@@ -228,7 +229,7 @@ class MoE(Op):
                                                        world_size=self.ep, name="ep_combine")))
         if self.eager:  # each routed row is added into its token's row: read, modify, write
             out.append(("combine", Gather, dict(rows_in=2 * local_routed, rows_out=local_routed,
-                                                width=h, dtype=ad, name="combine")))
+                                                width=h, dtype=ad, kind=moved, name="combine")))
         else:
             out.append(("combine", Gather, dict(rows_in=local_routed, rows_out=local_tokens, width=h,
                                                 dtype=ad, name="combine")))
