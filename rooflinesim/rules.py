@@ -72,11 +72,14 @@ def _class_factor(a, full, align8, align2):
     return np.where(a >= 16, full, np.where(a >= 4, align8, align2))
 
 
-def _alignment_factors(op, p):
+def _alignment_factors(op, p, a=None):
     """(compute factor, HBM time scale) by alignment class: 16 B, 4-8 B, 2 B or less.
     The kernel (and its compute rate) follows the narrowest stride; the bandwidth loss
-    falls on the operands whose rows are misaligned: A and W by k, C by n."""
-    a = gemm_alignment(op)
+    falls on the operands whose rows are misaligned: A and W by k, C by n. ``a``: the
+    op's gemm_alignment, where the caller has it."""
+    a = gemm_alignment(op) if a is None else a
+    if np.all(a >= 16):
+        return 1.0, 1.0
     c = _class_factor(a, 1.0, p.align8_compute, p.align2_compute)
     skinny = np.asarray(op.m) <= 8
 
@@ -87,16 +90,15 @@ def _alignment_factors(op, p):
             f = np.where((np.asarray(op.m) == 1) & (align < 16), p.gemv_misaligned_memory, f)
         return f
 
-    if np.all(a >= 16):
-        return c, 1.0
     ab, cb = op.bytes_a() + op.bytes_w(), op.bytes_c()
     scale = (ab / memory(_k_alignment(op)) + cb / memory(_n_alignment(op))) / (ab + cb)
     return c, scale
 
 
-def split_k_kernels(op, p):
+def split_k_kernels(op, p, a=None):
     """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile).
-    Kernels for element-aligned strides split at their own ratio, however short k is."""
+    Kernels for element-aligned strides split at their own ratio, however short k is.
+    ``a``: the op's gemm_alignment, where the caller has it."""
     if not p.split_k_ratio:
         return 1.0
     tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
@@ -104,7 +106,7 @@ def split_k_kernels(op, p):
     x = (per_tile - np.log(p.split_k_ratio)) / 0.25
     x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
     if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
-        odd = (gemm_alignment(op) < 4) & (np.asarray(op.m) > 8)
+        odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > 8)
         x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
     return 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
 
@@ -129,8 +131,9 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     # tensor-op and WMMA kernels for 4-8 bytes; sm75 tensor-op and GEMV kernels for 2
     # bytes or less): their own parameters where fitted, else the aligned ones with
     # the alignment factors
+    a = gemm_alignment(op)
     regimes, taken = [], None
-    for name, _, _ in GEMM_REGIMES:
+    for name, _, _ in GEMM_REGIMES if not np.all(a >= 16) else ():  # (else: the common case)
         q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
         if q is None:
             continue
@@ -138,7 +141,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
         taken = mask if taken is None else taken | mask
     if not regimes:
-        t = _gemm_time(op, spec, p)
+        t = _gemm_time(op, spec, p, a)
     else:
         t = by_regime(op, [*regimes, (~taken, lambda o: _gemm_time(o, spec, p))])
     q = profile.find("sequence", "gemm")
@@ -156,7 +159,8 @@ def in_sequence(t: Timing) -> Timing:
     return t if extra is None else _with_fixed(t, extra)
 
 
-def _gemm_time(op: Gemm, spec, p) -> Timing:
+def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
+    """``a``: the op's gemm_alignment, where the caller has it."""
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
         pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
@@ -170,10 +174,10 @@ def _gemm_time(op: Gemm, spec, p) -> Timing:
         eff = _wave_efficiency(op.tiles(p.tile_m, p.tile_n), spec.chip.sm_count)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
-    fc, memory_scale = _alignment_factors(op, p)
+    fc, memory_scale = _alignment_factors(op, p, a)
     if (np.asarray(fc) != 1.0).any() or (np.asarray(memory_scale) != 1.0).any():
         losses["misalignment"] = 1 / fc
-    kernels = split_k_kernels(op, p)
+    kernels = split_k_kernels(op, p, a)
     if p.split_k_ratio:
         losses["split_k_kernels"] = kernels
     extra = 0.0
