@@ -116,10 +116,11 @@ def _require(spec, rate: str, what: str):
         raise UserError(f"{spec.name} has no {rate} tensor-core rate, so it cannot run {what}")
 
 
-def gemm_regime_mask(op: Gemm, name: str):
-    """Where ``op``'s narrowest row stride falls in the alignment regime ``name``."""
+def gemm_regime_mask(op: Gemm, name: str, a=None):
+    """Where ``op``'s narrowest row stride falls in the alignment regime ``name`` (``a``:
+    its gemm_alignment, where the caller has it)."""
     lo, hi = next((lo, hi) for n, lo, hi in GEMM_REGIMES if n == name)
-    a = gemm_alignment(op)
+    a = gemm_alignment(op) if a is None else a
     return (a >= lo) & (a < hi)
 
 
@@ -137,7 +138,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
         if q is None:
             continue
-        mask = gemm_regime_mask(op, name)
+        mask = gemm_regime_mask(op, name, a)
         regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
         taken = mask if taken is None else taken | mask
     if not regimes:
