@@ -227,9 +227,10 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 #          the sm90 kernel, which neither packs nor splits.
 #   efficient (CUTLASS): head dims above 128 keep the accumulator in global memory.
 ATTENTION_REGIMES = {
-    "sdpa-cudnn": (("decode", lambda op: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) <= 128)),
-                   ("decode_wide", lambda op: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) > 128))),
-    "sdpa-efficient": (("wide", lambda op: np.asarray(op.head_dim) > 128),),
+    "sdpa-cudnn": (("decode", lambda op, sms: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) <= 128)),
+                   ("decode_wide", lambda op, sms: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) > 128))),
+    "sdpa-efficient": (("wide", lambda op, sms: np.asarray(op.head_dim) > 128),),
+    "sdpa-flash": (("causal_split", lambda op, sms: _fa2_causal_split(op, sms)),),
 }
 
 
@@ -249,23 +250,44 @@ def fa2_splits(blocks, key_blocks, slots, max_splits=128):
     return np.where(blocks >= 0.8 * slots, 1.0, first)
 
 
+def _fa2_split_count(op: Attention, sms):
+    """FlashAttention-2's split of the keys for ``op`` (see fa2_splits): it counts
+    64-row query blocks (GQA heads packed for single-token queries) and keys in blocks
+    of 256/128/64 by head dim, against two blocks per SM."""
+    seq_q = np.asarray(op.seq_q)
+    one = seq_q == 1
+    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * seq_q
+    heads = op.batch * np.where(one, op.kvh, op.heads)
+    d = np.asarray(op.head_dim)
+    block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
+    return fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n), 2 * sms)
+
+
+def _fa2_causal_split(op: Attention, sms):
+    """Causal prefills that FlashAttention-2 splits (too few query blocks to fill the
+    GPU): they run its split-KV kernel, slower on them than its regular kernel's model
+    (seen on the H200), with parameters of their own."""
+    return np.asarray(op.causal) & (np.asarray(op.seq_q) > 1) & (_fa2_split_count(op, sms) > 1)
+
+
 def attention_rule(op: Attention, spec, profile) -> Timing:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     # an unmeasured backend (or none named) takes the measured backend of its variant
     keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
     regimes = []
-    for name, mask in attention_regimes(op):
+    for name, mask in attention_regimes(op, spec.chip.sm_count):
         p = profile.params("attention", f"{op.backend}:{name}" if name else "", *keys)
         regimes.append((mask, lambda o, p=p: _attention_time(o, spec, p)))
     return by_regime(op, regimes)
 
 
-def attention_regimes(op: Attention) -> list:
-    """(regime name, mask) for each kernel regime of the op's backend, the first regime
-    that claims a point taking it; the last, named "", is the backend's own kernel."""
+def attention_regimes(op: Attention, sms: int) -> list:
+    """(regime name, mask) for each kernel regime of the op's backend on a GPU of ``sms``
+    SMs, the first regime that claims a point taking it; the last, named "", is the
+    backend's own kernel."""
     out, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
     for name, pick in ATTENTION_REGIMES.get(op.backend or "", ()):
-        mask = np.asarray(pick(op), dtype=bool) & ~taken
+        mask = np.asarray(pick(op, sms), dtype=bool) & ~taken
         out.append((name, mask))
         taken = taken | mask
     out.append(("", ~taken))
@@ -305,9 +327,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # of 256/128/64 by head dim; a split runs the 64-row split kernel, else the
         # regular kernel's 128-row tiles
         d = np.asarray(op.head_dim)
-        block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
-        splits = np.where(short, fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n),
-                                            2 * sms), 1.0)
+        splits = np.where(short, _fa2_split_count(op, sms), 1.0)
         tile = np.where((splits > 1) | (d > 192), 64.0, 2.0 * tile)
         blocks = heads * np.ceil(group_rows / tile)
     else:

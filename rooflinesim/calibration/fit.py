@@ -101,9 +101,14 @@ ATTENTION_FIXED = {
                                "split_kv_max_query": 1, **_DECODE},
     "sdpa-efficient": {"tile_m": 64, "wave_quantization": True, **_NO_SPLIT},
     "sdpa-efficient:wide": {"tile_m": 32, "wave_quantization": True, **_NO_SPLIT},
+    "sdpa-flash:causal_split": {"tile_m": 64, "wave_quantization": True, "split_kv": "fa2",
+                                "split_kv_max_query": 1 << 30},
     None: {"tile_m": 64, "wave_quantization": True, "split_kv_max_query": 1},
 }
 
+
+# regimes with few measurements start from their backend's fitted parameters and fit these
+REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
 
 LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead", "row_double_bytes"}
 
@@ -113,7 +118,7 @@ GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner"
                  "split_k_ratio", "align2_split_k_ratio", "k_element_s")
 
 
-def _regime(rec) -> str | None:
+def _regime(rec, sms: int) -> str | None:
     """The kernel regime the timing rules price a record's op in: an attention regime of
     its backend, "align2" for a GEMM with element-aligned strides, else "" (None when the
     record cannot be predicted)."""
@@ -122,16 +127,16 @@ def _regime(rec) -> str | None:
     except (Unpredictable, UserError):
         return None
     if isinstance(op, Attention):
-        return next(name for name, mask in attention_regimes(op) if mask.any())
+        return next(name for name, mask in attention_regimes(op, sms) if mask.any())
     if isinstance(op, Gemm):
         return "align2" if gemm_regime_mask(op, "align2") else ""
     return ""
 
 
-def _groups(meas: Measurements) -> list[Group]:
+def _groups(meas: Measurements, spec) -> list[Group]:
     recs = meas.records
     seen = lambda op, f: sorted({f(r) for r in recs if r["op"] == op})  # noqa: E731
-    regimes = {id(r): _regime(r) for r in recs if r["op"] in ("gemm", "attention")}
+    regimes = {id(r): _regime(r, spec.chip.sm_count) for r in recs if r["op"] in ("gemm", "attention")}
     regime = lambda r: regimes.get(id(r)) or ""  # noqa: E731
     out = [
         Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
@@ -178,10 +183,12 @@ def _groups(meas: Measurements) -> list[Group]:
                          attention_free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
         for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
+            few = REGIME_FREE.get(f"{be}:{name}")  # (few records: the backend's fit, and a few more)
             out.append(Group(f"attention/{be}:{name}", "attention", f"{be}:{name}",
                              lambda r, be=be, name=name: r["op"] == "attention"
                              and (r.get("backend") or "fa3") == be and regime(r) == name,
-                             tuple(f for f in attention_free if f not in fixed), fixed=fixed))
+                             few or tuple(f for f in attention_free if f not in fixed), fixed=fixed,
+                             inherit=("attention", be) if few else None))
     if any(r["op"] == "moe" for r in recs):
         out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
@@ -283,7 +290,7 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     """Fit every group in order; return the profile and held-out error per record op."""
     if not meas.records:
         raise UserError("no successful measurements to fit")
-    groups = _groups(meas)
+    groups = _groups(meas, spec)
     profile = Profile(gpu=spec.name, kind="fitted")
     cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
