@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -89,6 +89,15 @@ final)
   python3 -m rooflinesim.harness run --suite holdout5 --out "$out/holdout5.jsonl" \
     --time-budget 90 >>"$out/log-collectives.txt" 2>&1
   ;;
+final2)
+  # a sixth held-out set and 80 more random decoder layers (new seeds), measured after
+  # the last model change of the round that used holdout5 for development
+  on_gpu 0 330 holdout6.jsonl holdout6 &
+  on_gpu 1 200 random-layers3.jsonl layers3 &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout6 --out "$out/holdout6.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 case $phase in
@@ -99,6 +108,7 @@ case $phase in
   holdout3) keep_only holdout3.jsonl ;;
   tokens) keep_only calib-tokens.jsonl holdout4.jsonl random-layers.jsonl ;;
   final) keep_only holdout5.jsonl random-layers2.jsonl ;;
+  final2) keep_only holdout6.jsonl random-layers3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

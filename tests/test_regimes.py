@@ -145,3 +145,24 @@ def test_gemms_that_are_not_compute_bound_cost_more_in_a_sequence():
     layer = Sequence(parts=(("a", skinny, 1), ("b", square, 1)))
     assert predict(layer, H200, p).latency_s - predict(layer, H200, alone).latency_s == \
         pytest.approx(3e-6)
+
+
+def test_flash_causal_prefills_that_split_are_a_regime_of_their_own():
+    """FlashAttention-2 splits the keys of a causal prefill too small to fill the GPU
+    (its split-KV kernel); a larger one, or a non-causal one, stays in the base regime.
+    The split depends on the GPU through its SM count."""
+    from rooflinesim.rules import attention_regimes
+
+    def regime(op, sms=132):
+        return next(name for name, mask in attention_regimes(op, sms) if mask.any())
+
+    small = Attention(batch=1, heads=32, kv_heads=2, seq_q=258, seq_kv=258, head_dim=128,
+                      causal=True, backend="sdpa-flash")
+    large = Attention(batch=4, heads=32, kv_heads=8, seq_q=4096, seq_kv=4096, head_dim=128,
+                      causal=True, backend="sdpa-flash")
+    assert regime(small) == "causal_split"
+    assert regime(large) == ""
+    assert regime(Attention(batch=1, heads=32, kv_heads=2, seq_q=258, seq_kv=258, head_dim=128,
+                            causal=False, backend="sdpa-flash")) == ""
+    assert regime(small, sms=16) == ""  # a small GPU is already full
+    assert "sdpa-flash:causal_split" in PROFILE.kernels["attention"]

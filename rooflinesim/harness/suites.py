@@ -530,6 +530,8 @@ _SUITES = {
     "layers": lambda: _random_layers(random.Random(2718), 80),  # held out: whole layers
     "holdout5": lambda: holdout_suite(seed=57721),
     "layers2": lambda: _random_layers(random.Random(1618), 80),
+    "holdout6": lambda: holdout_suite(seed=69314),
+    "layers3": lambda: _random_layers(random.Random(4669), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
