@@ -32,6 +32,14 @@ on_gpu() {  # on_gpu GPU BUDGET_S FILE SUITE...
     --out "$out/$file" --time-budget "$budget" >>"$out/log-gpu$gpu.txt" 2>&1
 }
 
+held_out_with_layers() {  # held_out_with_layers SUITE LAYER_SUITE LAYER_FILE
+  on_gpu 0 330 "$1.jsonl" "$1" &
+  on_gpu 1 200 "$3" "$2" &
+  wait
+  python3 -m rooflinesim.harness run --suite "$1" --out "$out/$1.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+}
+
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
   --format=csv >"$out/nvidia-smi.csv" 2>&1
 
@@ -83,20 +91,12 @@ tokens)
 final)
   # a fifth held-out set and 80 more random decoder layers (new seeds), measured after
   # the model's last change and looked at only to report it
-  on_gpu 0 330 holdout5.jsonl holdout5 &
-  on_gpu 1 200 random-layers2.jsonl layers2 &
-  wait
-  python3 -m rooflinesim.harness run --suite holdout5 --out "$out/holdout5.jsonl" \
-    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  held_out_with_layers holdout5 layers2 random-layers2.jsonl
   ;;
 final2)
   # a sixth held-out set and 80 more random decoder layers (new seeds), measured after
   # the last model change of the round that used holdout5 for development
-  on_gpu 0 330 holdout6.jsonl holdout6 &
-  on_gpu 1 200 random-layers3.jsonl layers3 &
-  wait
-  python3 -m rooflinesim.harness run --suite holdout6 --out "$out/holdout6.jsonl" \
-    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  held_out_with_layers holdout6 layers3 random-layers3.jsonl
   ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
