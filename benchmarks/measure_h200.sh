@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | collectives3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -98,6 +98,11 @@ final2)
   # the last model change of the round that used holdout5 for development
   held_out_with_layers holdout6 layers3 random-layers3.jsonl
   ;;
+collectives3)
+  # the collectives suite again on another machine (small messages differ by machine)
+  python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
+    --time-budget 300 >>"$out/log-collectives.txt" 2>&1
+  ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 case $phase in
@@ -109,6 +114,7 @@ case $phase in
   tokens) keep_only calib-tokens.jsonl holdout4.jsonl random-layers.jsonl ;;
   final) keep_only holdout5.jsonl random-layers2.jsonl ;;
   final2) keep_only holdout6.jsonl random-layers3.jsonl ;;
+  collectives3) keep_only calib-collectives3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl
