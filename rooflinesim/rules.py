@@ -13,7 +13,7 @@ from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
-from .timing import Timing, collective_time, kernel_time, sum_timings
+from .timing import Timing, collective_time, kernel_time, logistic, sum_timings
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
@@ -108,7 +108,7 @@ def split_k_kernels(op, p, a=None):
     if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
         odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > 8)
         x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
-    return 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
+    return 1.0 + logistic(x)
 
 
 def _require(spec, rate: str, what: str):
@@ -250,14 +250,22 @@ def fa2_splits(blocks, key_blocks, slots, max_splits=128):
     return np.where(blocks >= 0.8 * slots, 1.0, first)
 
 
-def _fa2_split_count(op: Attention, sms):
-    """FlashAttention-2's split of the keys for ``op`` (see fa2_splits): it counts
-    64-row query blocks (GQA heads packed for single-token queries) and keys in blocks
-    of 256/128/64 by head dim, against two blocks per SM."""
+def _packed_rows(op: Attention):
+    """(single-token mask, query rows per block group, block groups): the query heads that
+    share a KV head are packed into one block's rows (GQA), so a decode step fills group x
+    seq_q rows (the decode kernels do this for single-token queries only)."""
     seq_q = np.asarray(op.seq_q)
     one = seq_q == 1
     group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * seq_q
-    heads = op.batch * np.where(one, op.kvh, op.heads)
+    return one, group_rows, op.batch * np.where(one, op.kvh, op.heads)
+
+
+def _fa2_split_count(op: Attention, sms, packed=None):
+    """FlashAttention-2's split of the keys for ``op`` (see fa2_splits): it counts
+    64-row query blocks (GQA heads packed for single-token queries) and keys in blocks
+    of 256/128/64 by head dim, against two blocks per SM. ``packed``: _packed_rows(op),
+    where the caller has it."""
+    _, group_rows, heads = _packed_rows(op) if packed is None else packed
     d = np.asarray(op.head_dim)
     block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
     return fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n), 2 * sms)
@@ -313,13 +321,8 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         fill = (computed + p.seq_overhead) / keys_per_query
         scale = scale * fill
         losses["kv_fill"] = fill
-    # the query heads that share a KV head are packed into one block's rows (GQA), so
-    # a decode step fills group * seq_q rows of a tile_m-row block
-    # (the decode kernels do this for single-token queries only)
-    one = seq_q == 1
-    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * seq_q
+    one, group_rows, heads = packed = _packed_rows(op)  # (GQA heads packed in decode)
     tile = max(p.tile_m, 1)
-    heads = op.batch * np.where(one, op.kvh, op.heads)
     blocks = heads * np.ceil(group_rows / tile)
     short = seq_q <= p.split_kv_max_query
     if p.split_kv == "fa2":
@@ -327,7 +330,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # of 256/128/64 by head dim; a split runs the 64-row split kernel, else the
         # regular kernel's 128-row tiles
         d = np.asarray(op.head_dim)
-        splits = np.where(short, _fa2_split_count(op, sms), 1.0)
+        splits = np.where(short, _fa2_split_count(op, sms, packed), 1.0)
         tile = np.where((splits > 1) | (d > 192), 64.0, 2.0 * tile)
         blocks = heads * np.ceil(group_rows / tile)
     else:
@@ -463,7 +466,7 @@ def memory_rule(op, spec, profile) -> Timing:
         if p.row_double_bytes:
             read = np.asarray(op.tokens) * np.asarray(op.hidden) * bytes_per_element(op.dtype)
             x = (np.log(np.maximum(read, 1.0)) - np.log(p.row_double_bytes)) / ROW_DOUBLE_WIDTH
-            double = 1.0 + 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
+            double = 1.0 + logistic(x)
             extra = extra * double
             losses["row_pass"] = double
     if isinstance(op, Norm) and p.row_bandwidth_elements:

@@ -167,12 +167,18 @@ def _compute_s(work: Work, spec, p, fp32_peak, overlap_aux, compute_scale):
     return (np.maximum(t_tensor, t_aux) + (1 - overlap) * np.minimum(t_tensor, t_aux)) * compute_scale
 
 
+def logistic(x):
+    """The smooth 0-to-1 step 1 / (1 + e^-x) of the model's size thresholds (clipped so
+    that far-off points neither overflow nor underflow)."""
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
+
+
 def _hbm_s(work: Work, bw, p, memory_scale):
     if p.large_bytes and p.large_memory_efficiency < 1:
         # transfers past a size take a slower path; a kernel already on a slow path
         # (memory_scale, e.g. misaligned) does not slow down twice
         x = np.log(np.maximum(np.asarray(work.hbm_bytes, dtype=float), 1.0) / p.large_bytes) / 0.05
-        step = 1 / (1 + np.exp(-np.minimum(np.maximum(x, -50), 50)))
+        step = logistic(x)
         memory_scale = np.maximum(memory_scale, 1 + step * (1 / p.large_memory_efficiency - 1))
     hbm = _scaled(work.hbm_bytes / bw, memory_scale)
     if p.memory_latency_s:
