@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | collectives3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | collectives3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -98,6 +98,11 @@ final2)
   # the last model change of the round that used holdout5 for development
   held_out_with_layers holdout6 layers3 random-layers3.jsonl
   ;;
+final3)
+  # a seventh held-out set and 80 more random decoder layers (new seeds), measured after
+  # the last model change of the round that used holdout6 for development
+  held_out_with_layers holdout7 layers4 random-layers4.jsonl
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -114,6 +119,7 @@ case $phase in
   tokens) keep_only calib-tokens.jsonl holdout4.jsonl random-layers.jsonl ;;
   final) keep_only holdout5.jsonl random-layers2.jsonl ;;
   final2) keep_only holdout6.jsonl random-layers3.jsonl ;;
+  final3) keep_only holdout7.jsonl random-layers4.jsonl ;;
   collectives3) keep_only calib-collectives3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt

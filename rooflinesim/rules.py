@@ -188,7 +188,7 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         splits = np.clip(spec.chip.sm_count / tiles, 1.0, 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
         slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
-        extra = np.asarray(op.k) * p.k_element_s / slow / splits
+        extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
         losses["k_serial_s"] = extra
     t = kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
                     losses=losses, kernels=kernels, extra_s=extra)
@@ -196,6 +196,14 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         # a split k also writes fp32 partial tiles and runs the reduction over them
         return _with_fixed(t, (np.asarray(kernels) - 1.0) * p.split_k_s)
     return t
+
+
+def _k_step_bytes(op: Gemm) -> float:
+    """Bytes of A and W per element of k, relative to 16-bit operands: the serial k walk
+    of a thread block moves its operand rows, so fp8 walks a k twice as fast as bf16 and
+    fp32 (tf32) at half the pace."""
+    act, wt, _, _ = FORMATS[op.dtype]
+    return (bytes_per_element(act) + bytes_per_element(wt)) / 4.0
 
 
 def _with_fixed(t: Timing, seconds) -> Timing:
@@ -335,7 +343,9 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         blocks = heads * np.ceil(group_rows / tile)
     else:
         # short queries split the keys over more blocks when the GPU would be under-filled
-        # (flash-decoding): the splits then share out the walk over the keys
+        # (flash-decoding; only caches longer than split_kv_min_keys): the splits then
+        # share out the walk over the keys
+        short = short & (np.asarray(op.seq_kv) > p.split_kv_min_keys)
         splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
     if p.head_dim_tile > 1:
         # the kernel's matrix products run on head dims rounded up to its tile (cuDNN
@@ -381,12 +391,26 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     if np.any(rereads > 1):
         memory_scale = memory_scale * rereads
         losses["kv_rereads"] = rereads
-    kernels = None
-    if p.split_kv == "fa2":
-        kernels = np.where(splits > 1, 2.0, 1.0)  # the split kernel and its combine
-    return kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
-                       overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
-                       losses=losses, extra_s=extra, kernels=kernels)
+    kernels = np.where(splits > 1, 2.0, 1.0)  # a split adds its combine (reduction) kernel
+    t = kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
+                    overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
+                    losses=losses, extra_s=extra, kernels=kernels)
+    if p.split_kv == "fa2" and p.combine_split_s:
+        combine = _fa2_combine_s(op, splits, group_rows * heads, sms, p.combine_split_s)
+        t.losses["combine_s"] = combine
+        return _with_fixed(t, combine)
+    return t
+
+
+def _fa2_combine_s(op: Attention, splits, rows, sms, per_split_s):
+    """FlashAttention-2's combine kernel after a split: each thread block sums the
+    partial outputs of a few query rows (4, 8 or 16 by head dim), one split after the
+    other, so its time is the splits times a per-split latency, per round of blocks
+    (sixteen 128-thread blocks resident per SM)."""
+    d = np.asarray(op.head_dim)
+    rows_per_block = np.where(d % 128 == 0, 4.0, np.where(d % 64 == 0, 8.0, 16.0))
+    rounds = np.ceil(np.ceil(rows / rows_per_block) / (16 * sms))
+    return np.where(splits > 1, splits * rounds * per_split_s, 0.0)
 
 
 # the fields of a Timing that hold a value per point (merged when regimes are joined)

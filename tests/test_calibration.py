@@ -120,6 +120,7 @@ def test_shipped_h200_profile_on_held_out_measurements():
         assert rep.ops[f"decoder_layer/{mode}"]["p90_ape"] < 0.11
     assert rep.ops["gemm"]["median_ape"] < 0.08
     assert rep.ops["attention"]["median_ape"] < 0.07
+    assert rep.ops["attention"]["p90_ape"] < 0.19
     assert rep.ops["moe"]["median_ape"] < 0.07
     assert rep.ops["copy"]["median_ape"] < 0.04
     assert rep.ops["rmsnorm"]["median_ape"] < 0.04

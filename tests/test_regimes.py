@@ -166,3 +166,49 @@ def test_flash_causal_prefills_that_split_are_a_regime_of_their_own():
                             causal=False, backend="sdpa-flash")) == ""
     assert regime(small, sms=16) == ""  # a small GPU is already full
     assert "sdpa-flash:causal_split" in PROFILE.kernels["attention"]
+
+
+def test_flash_split_pays_its_combine_per_split():
+    """After FlashAttention-2 splits the keys, its combine kernel walks the splits one
+    after the other: the cost grows with the split count, and an unsplit op pays none."""
+    base = dict(compute_efficiency=0.4, memory_efficiency=0.9, launch_s=4e-6, tile_m=64,
+                wave_quantization=True, split_kv="fa2", split_kv_max_query=1 << 30)
+    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": KernelParams(**base)}})
+    comb = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": KernelParams(**base, combine_split_s=2e-7)}})
+    # one KV head of 64 packed query heads: one block; 132 key blocks of 256 split 66
+    # ways (2 key blocks each), and the combine's 8 blocks fit in one round
+    few = Attention(batch=1, heads=64, kv_heads=1, seq_q=1, seq_kv=33617, head_dim=64,
+                    causal=False, backend="sdpa-flash")
+    t = predict(few, H200, comb)
+    assert t.losses["combine_s"] == pytest.approx(66 * 2e-7)
+    assert t.latency_s - predict(few, H200, plain).latency_s == pytest.approx(t.losses["combine_s"])
+    full = Attention(batch=64, heads=32, kv_heads=8, seq_q=1, seq_kv=4096, head_dim=128,
+                     causal=False, backend="sdpa-flash")  # fills the GPU: no split
+    assert predict(full, H200, comb).latency_s == predict(full, H200, plain).latency_s
+
+
+def test_cudnn_decode_splits_only_long_caches_and_then_runs_a_reduction():
+    """cuDNN's decode kernel splits the keys of an under-filled GPU only past 512 cached
+    keys (its kernel counts on the H200); a split adds the reduction kernel's launch."""
+    p = Profile(kind="fitted", kernels={"attention": {"sdpa-cudnn:decode": KernelParams(
+        memory_efficiency=0.9, launch_s=4e-6, tile_m=16, wave_quantization=True,
+        split_kv_max_query=1, split_kv_min_keys=512)}})
+
+    def op(keys):
+        return Attention(batch=4, heads=32, kv_heads=8, seq_q=1, seq_kv=keys, head_dim=128,
+                         causal=False, backend="sdpa-cudnn")
+
+    short, long = predict(op(496), H200, p), predict(op(517), H200, p)
+    assert short.launch_s == pytest.approx(4e-6)  # one kernel
+    assert long.launch_s == pytest.approx(8e-6)  # the split kernel and its reduction
+
+
+def test_fp8_gemms_walk_k_at_twice_the_pace_of_bf16():
+    """The serial k walk of a thread block moves its operand rows: one byte per element
+    in fp8 against two in bf16."""
+    p = KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
+    prof = Profile(kind="fitted", kernels={"gemm": {"bf16": p, "fp8": p}})
+    walk = {dt: predict(Gemm(m=1, n=64, k=8192, dtype=dt), H200, prof).losses["k_serial_s"]
+            for dt in ("bf16", "fp8")}
+    assert walk["bf16"] == pytest.approx(8192 * 2e-9)
+    assert walk["fp8"] == pytest.approx(walk["bf16"] / 2)

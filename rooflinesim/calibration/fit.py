@@ -57,6 +57,7 @@ PARAMS = {
     "softmax_overlap": (0.5, 0.0, 1.0, 0.1),
     "critical_path": (1.0, 0.0, 4.0, 0.1),
     "block_s": (1e-6, 0.0, 5e-5, 1e-7),
+    "combine_split_s": (1e-7, 0.0, 5e-6, 1e-8),
     "walk_dim": (16.0, 0.0, 512.0, 8.0),
     "causal_overhead": (64.0, 0.0, 4096.0, 32.0),
     "latency_s": (10e-6, 0.0, 1e-3, 1e-6),
@@ -87,14 +88,15 @@ class Group:
 # What the kernel names and counts of H200 measurements show of each attention kernel:
 # its query tile and whether (and how) it splits the keys over thread blocks.
 _NO_SPLIT = {"split_kv_max_query": 0}
-_DECODE = {"compute_efficiency": 0.5, "causal_overhead": 0.0}
+_DECODE = {"compute_efficiency": 0.5, "causal_overhead": 0.0, "split_kv_min_keys": 512}
 ATTENTION_FIXED = {
     "sdpa-flash": {"tile_m": 64, "wave_quantization": True, "split_kv": "fa2",
                    "split_kv_max_query": 1 << 30},
     "sdpa-cudnn": {"tile_m": 128, "head_dim_tile": 64, "wave_quantization": True, **_NO_SPLIT},
     # the decode kernels are memory-bound on every measured shape, which leaves their
     # matrix rate unmeasured: they issue Ampere-style mma.sync, about half Hopper's
-    # dense rate; and single-token queries have no causal diagonal
+    # dense rate; single-token queries have no causal diagonal; and they split the keys
+    # (a reduction kernel follows) only for caches longer than 512 keys
     "sdpa-cudnn:decode": {"tile_m": 16, "head_dim_tile": 64, "wave_quantization": True,
                           "split_kv_max_query": 1, **_DECODE},
     "sdpa-cudnn:decode_wide": {"tile_m": 16, "head_dim_tile": 64, "wave_quantization": True,
@@ -180,7 +182,8 @@ def _groups(meas: Measurements, spec) -> list[Group]:
         out.append(Group(f"attention/{be}", "attention", be,
                          lambda r, be=be: r["op"] == "attention"
                          and (r.get("backend") or "fa3") == be and regime(r) == "",
-                         attention_free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
+                         attention_free + (("combine_split_s",) if be == "sdpa-flash" else ()),
+                         fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
         for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
             few = REGIME_FREE.get(f"{be}:{name}")  # (few records: the backend's fit, and a few more)

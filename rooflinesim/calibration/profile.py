@@ -50,8 +50,8 @@ class KernelParams(BaseModel):
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"))
     k_element_s: float = Field(0.0, ge=0, description=(
-        "GEMM: latency per element of k that one thread block walks in series; bounds "
-        "GEMMs with few output tiles and a long k"))
+        "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
+        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"))
     split_k_s: float = Field(0.0, ge=0, description=(
         "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"))
     align2_split_k_ratio: float = Field(0.0, ge=0, description=(
@@ -78,6 +78,10 @@ class KernelParams(BaseModel):
     softmax_overlap: float | None = Field(None, ge=0, le=1.0, description=(
         "attention: share of the softmax work (exp and vector math) hidden under the matrix "
         "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"))
+    combine_split_s: float = Field(0.0, ge=0, description=(
+        "attention, FlashAttention-2 split keys: time per split of the combine kernel's "
+        "serial walk over the splits' partial outputs (a few rows per thread block), "
+        "paid once per round of its blocks"))
     unsplit_memory_efficiency: float = Field(1.0, gt=0, le=1.0, description=(
         "attention: bandwidth factor of short-query kernels that do not split the keys "
         "(the GPU is already full of blocks)"))
@@ -86,6 +90,9 @@ class KernelParams(BaseModel):
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))
+    split_kv_min_keys: float = Field(0.0, ge=0, description=(
+        "attention, 'fill' splits: the kernel splits the keys only of caches longer than "
+        "this (cuDNN's decode kernel: 512, seen in its kernel counts)"))
     split_kv: Literal["fill", "fa2"] = Field("fill", description=(
         "attention: how short queries split the keys: 'fill' splits until the SMs are "
         "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))

@@ -532,6 +532,8 @@ _SUITES = {
     "layers2": lambda: _random_layers(random.Random(1618), 80),
     "holdout6": lambda: holdout_suite(seed=69314),
     "layers3": lambda: _random_layers(random.Random(4669), 80),
+    "holdout7": lambda: holdout_suite(seed=30103),
+    "layers4": lambda: _random_layers(random.Random(8314), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
