@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | collectives3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | collectives3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -103,6 +103,15 @@ final3)
   # the last model change of the round that used holdout6 for development
   held_out_with_layers holdout7 layers4 random-layers4.jsonl
   ;;
+focus2)
+  # calibration cases where the held-out sets showed the fit thin, and an eighth held-out
+  # set with 80 more random decoder layers (new seeds) for the model fitted with them
+  on_gpu 0 300 calib-focus2.jsonl focus2 &
+  (on_gpu 1 240 holdout8.jsonl holdout8; on_gpu 1 100 random-layers5.jsonl layers5) &
+  wait
+  python3 -m rooflinesim.harness run --suite holdout8 --out "$out/holdout8.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -120,6 +129,7 @@ case $phase in
   final) keep_only holdout5.jsonl random-layers2.jsonl ;;
   final2) keep_only holdout6.jsonl random-layers3.jsonl ;;
   final3) keep_only holdout7.jsonl random-layers4.jsonl ;;
+  focus2) keep_only calib-focus2.jsonl holdout8.jsonl random-layers5.jsonl ;;
   collectives3) keep_only calib-collectives3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt

@@ -189,6 +189,9 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
         slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
         extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
+        # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
+        a = gemm_alignment(op) if a is None else a
+        extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
     t = kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
                     losses=losses, kernels=kernels, extra_s=extra)

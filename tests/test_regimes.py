@@ -212,3 +212,14 @@ def test_fp8_gemms_walk_k_at_twice_the_pace_of_bf16():
             for dt in ("bf16", "fp8")}
     assert walk["bf16"] == pytest.approx(8192 * 2e-9)
     assert walk["fp8"] == pytest.approx(walk["bf16"] / 2)
+
+
+def test_misaligned_single_rows_run_gemv_kernels_without_a_serial_k_walk():
+    """cuBLAS runs a misaligned single-row GEMM with its GEMV kernels, which split k
+    over warps; an aligned one runs a tensor-core kernel whose block walks k."""
+    p = KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
+    prof = Profile(kind="fitted", kernels={"gemm": {"bf16": p}})
+    gemv = predict(Gemm(m=1, n=6754, k=3127), H200, prof)
+    assert not np.any(gemv.losses["k_serial_s"])
+    assert predict(Gemm(m=1, n=6784, k=3136), H200, prof).losses["k_serial_s"] > 0
+    assert predict(Gemm(m=2, n=6754, k=3127), H200, prof).losses["k_serial_s"] > 0

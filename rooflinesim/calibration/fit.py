@@ -83,6 +83,9 @@ class Group:
     fixed: dict = field(default_factory=dict)  # other KernelParams fields
     also: tuple = ()  # (family, key) that receive the same parameters
     inherit: tuple | None = None  # (family, key) whose fitted parameters are the defaults
+    # fitted together with the group's own: parameters named "<prefix>.<name>" go to
+    # (family, key), whose defaults are the fitted parameters of (family, key) inherit
+    linked: tuple = ()  # ((prefix, family, key, inherit), ...)
 
 
 # What the kernel names and counts of H200 measurements show of each attention kernel:
@@ -117,7 +120,7 @@ LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "l
 
 GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align2_memory", "skinny_misaligned_memory", "gemv_misaligned_memory",
-                 "split_k_ratio", "align2_split_k_ratio", "k_element_s")
+                 "split_k_ratio", "align2_split_k_ratio", "k_element_s", "memory_latency_s")
 
 
 def _regime(rec, sms: int) -> str | None:
@@ -153,18 +156,22 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     ]
     gemm_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align8_compute", "align8_memory", "skinny_misaligned_memory", "split_k_ratio",
-                 "k_element_s", "split_k_s")
+                 "k_element_s", "split_k_s", "memory_latency_s", "memory_latency_bytes")
     for dts in (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",)):
         present = [d for d in dts if d in seen("gemm", lambda r: r.get("dtype", "bf16"))]
         if not present:
             continue
         # 16-bit formats run the same kernels: one fit serves both; the other formats,
         # with fewer odd shapes measured, take the alignment and k-loop losses from it
+        # (fp32's dozen SIMT GEMMs, all compute-bound, leave it the memory terms too)
         first = len(dts) > 1
+        own = gemm_free[:5] + ("split_k_ratio", "memory_latency_s")
+        if "fp32" in dts:
+            own = tuple(f for f in own if f not in ("memory_efficiency", "memory_latency_s"))
         out.append(Group(f"gemm/{'+'.join(present)}", "gemm", present[0],
                          lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
                          and regime(r) != "align2",
-                         gemm_free if first else gemm_free[:5] + ("split_k_ratio",)
+                         gemm_free if first else own
                          + (("align8_compute", "align8_memory") if "tf32" in dts else ()),
                          fixed={"tile_m": 64, "tile_n": 128},
                          also=tuple(("gemm", d) for d in present[1:]),
@@ -193,15 +200,15 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                              few or tuple(f for f in attention_free if f not in fixed), fixed=fixed,
                              inherit=("attention", be) if few else None))
     if any(r["op"] == "moe" for r in recs):
+        # the expert GEMMs, and with them (one fit: each trades off against the other)
+        # the rows the harness's layer moves with PyTorch's index kernels (index_select
+        # dispatch, index_add combine: atomics) at a bandwidth of their own; engines'
+        # fused permutation kernels keep the memory kernels' own
         out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
                          ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
-                          "k_overhead"),
-                         fixed={"tile_m": 128}))
-        # the rows the harness's layer moves with PyTorch's index kernels (index_select
-        # dispatch, index_add combine: atomics) at a bandwidth of their own, given the
-        # expert GEMMs; engines' fused permutation kernels keep the memory kernels' own
-        out.append(Group("moe/indexed", "memory", "indexed", lambda r: r["op"] == "moe",
-                         ("memory_efficiency", "launch_s"), inherit=("memory", "rmsnorm")))
+                          "k_overhead", "indexed.memory_efficiency"),
+                         fixed={"tile_m": 128},
+                         linked=(("indexed", "memory", "indexed", ("memory", "rmsnorm")),)))
     if any(r["op"] == "decoder_layer" for r in recs):
         # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
         # not compute-bound costs after other kernels rather than after copies of itself
@@ -221,16 +228,24 @@ def _with(profile: Profile, group: Group, values: dict) -> Profile:
     """A copy of ``profile`` with the group's parameters set."""
     kernels = {f: dict(t) for f, t in profile.kernels.items()}
     collectives = dict(profile.collectives)
+    own = {n: v for n, v in values.items() if "." not in n}
     if group.family == "collective":
-        collectives[group.key] = CollectiveParams(**values)
+        collectives[group.key] = CollectiveParams(**own)
     else:
-        base = {}
-        if group.inherit and group.inherit[1] in profile.kernels.get(group.inherit[0], {}):
-            base = profile.kernels[group.inherit[0]][group.inherit[1]].model_dump()
-        params = KernelParams(**{**base, **group.fixed, **values})
+        params = KernelParams(**{**_inherited(profile, group.inherit), **group.fixed, **own})
         for fam, key in ((group.family, group.key), *group.also):
             kernels.setdefault(fam, {})[key] = params
+    for prefix, fam, key, inherit in group.linked:
+        mine = {n.partition(".")[2]: v for n, v in values.items() if n.startswith(prefix + ".")}
+        kernels.setdefault(fam, {})[key] = KernelParams(**{**_inherited(profile, inherit), **mine})
     return profile.model_copy(update={"kernels": kernels, "collectives": collectives})
+
+
+def _inherited(profile: Profile, source) -> dict:
+    """The fitted parameters of (family, key) ``source``, or none."""
+    if source and source[1] in profile.kernels.get(source[0], {}):
+        return profile.kernels[source[0]][source[1]].model_dump()
+    return {}
 
 
 def _shape_key(rec: dict) -> tuple:
@@ -253,11 +268,12 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
 
     meas = np.array([r["measured_s"] for r in records])
     names = group.free
-    logs = np.array([n in LOG_PARAMS for n in names])
-    x0 = np.array([PARAMS[n][0] for n in names])
-    lo = np.array([PARAMS[n][1] for n in names])
-    hi = np.array([PARAMS[n][2] for n in names])
-    scale = np.array([PARAMS[n][3] for n in names])
+    base_names = [n.rpartition(".")[2] for n in names]  # (linked parameters: "<prefix>.<name>")
+    logs = np.array([n in LOG_PARAMS for n in base_names])
+    x0 = np.array([PARAMS[n][0] for n in base_names])
+    lo = np.array([PARAMS[n][1] for n in base_names])
+    hi = np.array([PARAMS[n][2] for n in base_names])
+    scale = np.array([PARAMS[n][3] for n in base_names])
     # scale parameters spanning decades are fitted by their logarithm
     x0, lo, hi = (np.where(logs, np.log(np.where(logs, v, 1.0)), v) for v in (x0, lo, hi))
     scale = np.where(logs, 1.0, scale)

@@ -105,8 +105,8 @@ class KernelParams(BaseModel):
         "takes about twice as long (a smooth step; seen on the H200 from ~0.7 MB at any "
         "row width, cause not established); 0: no effect"))
     memory_latency_s: float = Field(0.0, ge=0, description=(
-        "first-byte latency of a memory-bound kernel, paid in full once it moves more than "
-        "memory_latency_bytes"))
+        "first-byte latency of a kernel's HBM traffic (memory-bound kernels, GEMMs), paid in "
+        "full once it moves more than memory_latency_bytes"))
     memory_latency_bytes: float = Field(1.0, gt=0)
     large_bytes: float = Field(0.0, ge=0, description=(
         "memory-bound kernels moving more than this ran at large_memory_efficiency of their "

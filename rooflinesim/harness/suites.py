@@ -468,6 +468,59 @@ def focus_suite(seed=5151):
     return [c for c in cases if c["op"] != "rmsnorm" or c["tokens"] * c["hidden"] * 2 <= RMSNORM_MAX_BYTES]
 
 
+def focus2_suite(seed=9091):
+    """Calibration cases where the held-out sets showed the fit thin: skinny GEMMs with
+    misaligned strides (cuBLAS's GEMV, small-N and split-K kernels), single-token and
+    short queries against long caches with few KV heads (FlashAttention-2's many splits),
+    cuDNN's decode kernel around its 512-key split, causal prefills of about one wave of
+    blocks on the memory-efficient backend, and MoE layers with 64 to 2,048 routed rows
+    per expert. Its seed is used by no other suite."""
+    rng = random.Random(seed)
+    cases = []
+    while sum(c["op"] == "gemm" for c in cases) < 100:
+        m = 1 if rng.random() < 0.25 else _log_uniform(rng, 2, 16)
+        n, k = _log_uniform(rng, 32, 32768), _log_uniform(rng, 32, 32768)
+        r = rng.random()
+        if r < 0.4:
+            k = _misaligned(k, rng)
+        elif r < 0.7:
+            n = _misaligned(n, rng)
+        else:
+            n, k = _misaligned(n, rng), _misaligned(k, rng)
+        c = gemm(m, n, k, rng.choice(("bf16", "bf16", "bf16", "fp16")))
+        if _gemm_fits(c):
+            cases.append(c)
+    while sum(c["op"] == "attention" for c in cases) < 90:
+        d = rng.choice((64, 96, 128, 128, 256))
+        h = rng.choice((8, 12, 16, 24, 32, 40, 64))
+        dt = rng.choice(("bf16", "bf16", "fp16"))
+        r = rng.random()
+        if r < 0.45:  # few KV heads, long caches: many splits
+            kv = rng.choice([x for x in (1, 2) if h % x == 0])
+            b, sq = rng.choice((1, 1, 2, 4)), rng.choice((1, 1, 1, 2, 4))
+            skv = _log_uniform(rng, 1024, 131072)
+            backend = rng.choice(("sdpa-flash", "sdpa-flash", "sdpa-cudnn"))
+            c = attention(b, h, kv, sq, max(skv, sq), d, False, dt, backend)
+        elif r < 0.75:  # cuDNN's decode kernel around its split threshold
+            kv = rng.choice([x for x in (1, 2, 4, 8, h) if h % x == 0])
+            b, skv = _log_uniform(rng, 1, 32), _log_uniform(rng, 128, 4096)
+            c = attention(b, h, kv, 1, skv, d, False, dt, "sdpa-cudnn")
+        else:  # causal prefill of about one wave of blocks (this backend needs kv == heads)
+            b, h, s = rng.choice((1, 2)), rng.choice((4, 8, 16)), _log_uniform(rng, 512, 8192)
+            c = attention(b, h, h, s, s, d, True, dt, "sdpa-efficient")
+        if _kv_bytes(c["batch"], c["kv_heads"], c["seq_kv"], d) <= 4 * GIB:
+            cases.append(c)
+    while sum(c["op"] == "moe" for c in cases) < 40:
+        hd = rng.choice((1024, 2048, 2560, 3072, 4096, 5120, 7168))
+        f = rng.choice((256, 512, 768, 1024, 1408, 2048, 4096))
+        e = rng.choice((8, 16, 32, 60, 64, 128))
+        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        t = int(_log_uniform(rng, 64, 2048) * e / k)
+        if 2 * e * 3 * f * hd <= 24 * GIB and t <= 16384:
+            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    return cases
+
+
 def tokens_suite(seed=7919):
     """Calibration cases at token counts that are not round, as prefills of real
     prompts give: GEMMs with any m against layer-sized (aligned) n and k, causal
@@ -534,6 +587,9 @@ _SUITES = {
     "layers3": lambda: _random_layers(random.Random(4669), 80),
     "holdout7": lambda: holdout_suite(seed=30103),
     "layers4": lambda: _random_layers(random.Random(8314), 80),
+    "focus2": focus2_suite,
+    "holdout8": lambda: holdout_suite(seed=23026),
+    "layers5": lambda: _random_layers(random.Random(6931), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
