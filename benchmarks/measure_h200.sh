@@ -32,6 +32,14 @@ on_gpu() {  # on_gpu GPU BUDGET_S FILE SUITE...
     --out "$out/$file" --time-budget "$budget" >>"$out/log-gpu$gpu.txt" 2>&1
 }
 
+calib_with_held_out() {  # calib_with_held_out CALIB_FILE CALIB_SUITE SUITE LAYER_SUITE LAYER_FILE
+  on_gpu 0 330 "$1" "$2" &
+  (on_gpu 1 240 "$3.jsonl" "$3"; on_gpu 1 100 "$5" "$4") &
+  wait
+  python3 -m rooflinesim.harness run --suite "$3" --out "$out/$3.jsonl" \
+    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+}
+
 held_out_with_layers() {  # held_out_with_layers SUITE LAYER_SUITE LAYER_FILE
   on_gpu 0 330 "$1.jsonl" "$1" &
   on_gpu 1 200 "$3" "$2" &
@@ -82,11 +90,7 @@ holdout3)
 tokens)
   # calibration cases at token counts that are not round; a fourth held-out set and
   # 80 random decoder layers, both from new seeds
-  on_gpu 0 330 calib-tokens.jsonl tokens &
-  (on_gpu 1 240 holdout4.jsonl holdout4; on_gpu 1 100 random-layers.jsonl layers) &
-  wait
-  python3 -m rooflinesim.harness run --suite holdout4 --out "$out/holdout4.jsonl" \
-    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  calib_with_held_out calib-tokens.jsonl tokens holdout4 layers random-layers.jsonl
   ;;
 final)
   # a fifth held-out set and 80 more random decoder layers (new seeds), measured after
@@ -106,11 +110,7 @@ final3)
 focus2)
   # calibration cases where the held-out sets showed the fit thin, and an eighth held-out
   # set with 80 more random decoder layers (new seeds) for the model fitted with them
-  on_gpu 0 300 calib-focus2.jsonl focus2 &
-  (on_gpu 1 240 holdout8.jsonl holdout8; on_gpu 1 100 random-layers5.jsonl layers5) &
-  wait
-  python3 -m rooflinesim.harness run --suite holdout8 --out "$out/holdout8.jsonl" \
-    --time-budget 90 >>"$out/log-collectives.txt" 2>&1
+  calib_with_held_out calib-focus2.jsonl focus2 holdout8 layers5 random-layers5.jsonl
   ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)

@@ -420,6 +420,19 @@ def _misaligned(x, rng):
     return x + 1 if x % 8 == 0 else x if rng.random() < 0.5 or x % 2 else x + 1
 
 
+def _misaligned_gemm(rng, m, dtypes):
+    """A GEMM of ``m`` rows whose k, n or both are moved off every multiple of 8."""
+    n, k = _log_uniform(rng, 32, 32768), _log_uniform(rng, 32, 32768)
+    which = rng.random()
+    if which < 0.4:
+        k = _misaligned(k, rng)
+    elif which < 0.7:
+        n = _misaligned(n, rng)
+    else:
+        n, k = _misaligned(n, rng), _misaligned(k, rng)
+    return gemm(m, n, k, rng.choice(dtypes))
+
+
 def focus_suite(seed=5151):
     """Calibration cases for the regimes random shapes sample thinly: short queries
     (2-64 tokens) against caches, short causal prefills, misaligned GEMMs of every
@@ -442,16 +455,7 @@ def focus_suite(seed=5151):
             if _kv_bytes(b, kv, skv, d) <= 4 * GIB:
                 cases.append(attention(b, h, kv, sq, max(skv, sq), d, False, dt, backend))
     while sum(c["op"] == "gemm" for c in cases) < 200:
-        m = _log_uniform(rng, 1, 16384)
-        n, k = _log_uniform(rng, 32, 32768), _log_uniform(rng, 32, 32768)
-        which = rng.random()
-        if which < 0.4:
-            k = _misaligned(k, rng)
-        elif which < 0.7:
-            n = _misaligned(n, rng)
-        else:
-            n, k = _misaligned(n, rng), _misaligned(k, rng)
-        c = gemm(m, n, k, rng.choice(("bf16", "bf16", "bf16", "fp16", "tf32")))
+        c = _misaligned_gemm(rng, _log_uniform(rng, 1, 16384), ("bf16", "bf16", "bf16", "fp16", "tf32"))
         if _gemm_fits(c):
             cases.append(c)
     cases += [rmsnorm(_log_uniform(rng, 1, 65536), rng.choice(
@@ -479,15 +483,7 @@ def focus2_suite(seed=9091):
     cases = []
     while sum(c["op"] == "gemm" for c in cases) < 100:
         m = 1 if rng.random() < 0.25 else _log_uniform(rng, 2, 16)
-        n, k = _log_uniform(rng, 32, 32768), _log_uniform(rng, 32, 32768)
-        r = rng.random()
-        if r < 0.4:
-            k = _misaligned(k, rng)
-        elif r < 0.7:
-            n = _misaligned(n, rng)
-        else:
-            n, k = _misaligned(n, rng), _misaligned(k, rng)
-        c = gemm(m, n, k, rng.choice(("bf16", "bf16", "bf16", "fp16")))
+        c = _misaligned_gemm(rng, m, ("bf16", "bf16", "bf16", "fp16"))
         if _gemm_fits(c):
             cases.append(c)
     while sum(c["op"] == "attention" for c in cases) < 90:
