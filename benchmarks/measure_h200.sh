@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | collectives3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -112,6 +112,11 @@ focus2)
   # set with 80 more random decoder layers (new seeds) for the model fitted with them
   calib_with_held_out calib-focus2.jsonl focus2 holdout8 layers5 random-layers5.jsonl
   ;;
+final4)
+  # a ninth held-out set and 80 more random decoder layers (new seeds), measured after
+  # the last model change of the round that used holdout8 for development
+  held_out_with_layers holdout9 layers6 random-layers6.jsonl
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -130,6 +135,7 @@ case $phase in
   final2) keep_only holdout6.jsonl random-layers3.jsonl ;;
   final3) keep_only holdout7.jsonl random-layers4.jsonl ;;
   focus2) keep_only calib-focus2.jsonl holdout8.jsonl random-layers5.jsonl ;;
+  final4) keep_only holdout9.jsonl random-layers6.jsonl ;;
   collectives3) keep_only calib-collectives3.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt

@@ -380,6 +380,15 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
         losses["critical_path_s"] = extra
+    if p.key_block_s:
+        # the critical path's fixed cost per block of keys (64 keys at head dims up to
+        # 64, 128 above), a latency that two blocks resident on an SM hide from each
+        # other: paid once per round of two blocks per SM
+        per_block = np.where(np.asarray(op.head_dim) <= 64, 64.0, 128.0)
+        walk_blocks = np.ceil(np.asarray(op.seq_kv) / splits / per_block)
+        rounds = np.ceil(blocks * splits / (2 * sms))
+        extra = extra + walk_blocks * rounds * p.key_block_s
+        losses["key_blocks"] = walk_blocks
     if p.block_s:
         # each block's own fixed cost (loading its queries, writing its output), paid
         # once per round of blocks on an SM (two resident at a time)

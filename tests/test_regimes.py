@@ -223,3 +223,25 @@ def test_misaligned_single_rows_run_gemv_kernels_without_a_serial_k_walk():
     assert not np.any(gemv.losses["k_serial_s"])
     assert predict(Gemm(m=1, n=6784, k=3136), H200, prof).losses["k_serial_s"] > 0
     assert predict(Gemm(m=2, n=6754, k=3127), H200, prof).losses["k_serial_s"] > 0
+
+
+def test_cutlass_attention_pays_a_fixed_cost_per_block_of_keys():
+    """The memory-efficient (CUTLASS) kernel walks the keys in blocks of 64 at head dims up
+    to 64 and of 128 above, at a fixed cost per block that two blocks resident on an SM
+    hide from each other."""
+    base = dict(compute_efficiency=0.25, memory_efficiency=1.0, launch_s=2e-6, tile_m=64,
+                wave_quantization=True, split_kv_max_query=0)
+    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": KernelParams(**base)}})
+    blocks = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": KernelParams(**base, key_block_s=2e-6)}})
+
+    def timed(d, prof, batch=1):
+        return predict(Attention(batch=batch, heads=16, kv_heads=16, seq_q=1, seq_kv=8192, head_dim=d,
+                                 causal=False, backend="sdpa-efficient"), H200, prof)
+
+    assert timed(64, blocks).losses["key_blocks"] == 128  # 8192 keys in blocks of 64
+    assert timed(128, blocks).losses["key_blocks"] == 64  # in blocks of 128
+    # one block per SM: the walk's fixed costs set the time, twice as many at head dim 64
+    assert timed(64, blocks).latency_s > timed(128, blocks).latency_s
+    assert timed(64, plain).latency_s < timed(128, plain).latency_s
+    # 256 blocks, two per SM: one round, the same walk
+    assert timed(64, blocks, batch=16).latency_s == pytest.approx(timed(64, blocks).latency_s, rel=0.02)

@@ -57,6 +57,7 @@ PARAMS = {
     "softmax_overlap": (0.5, 0.0, 1.0, 0.1),
     "critical_path": (1.0, 0.0, 4.0, 0.1),
     "block_s": (1e-6, 0.0, 5e-5, 1e-7),
+    "key_block_s": (1e-6, 0.0, 2e-5, 1e-7),
     "combine_split_s": (1e-7, 0.0, 5e-6, 1e-8),
     "walk_dim": (16.0, 0.0, 512.0, 8.0),
     "causal_overhead": (64.0, 0.0, 4096.0, 32.0),
@@ -111,6 +112,10 @@ ATTENTION_FIXED = {
     None: {"tile_m": 64, "wave_quantization": True, "split_kv_max_query": 1},
 }
 
+
+# costs of one backend's kernels (and of its regimes'): FlashAttention-2's combine walks
+# its splits; the CUTLASS kernel's critical path pays a fixed cost per block of keys
+ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_block_s",)}
 
 # regimes with few measurements start from their backend's fitted parameters and fit these
 REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
@@ -186,18 +191,18 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                       "seq_overhead", "critical_path", "walk_dim", "block_s", "unsplit_memory_efficiency",
                       "causal_overhead", "softmax_overlap", "vector_efficiency")
     for be in seen("attention", lambda r: r.get("backend") or "fa3"):
+        free = attention_free + ATTENTION_FREE.get(be, ())
         out.append(Group(f"attention/{be}", "attention", be,
                          lambda r, be=be: r["op"] == "attention"
                          and (r.get("backend") or "fa3") == be and regime(r) == "",
-                         attention_free + (("combine_split_s",) if be == "sdpa-flash" else ()),
-                         fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
+                         free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
         for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
             few = REGIME_FREE.get(f"{be}:{name}")  # (few records: the backend's fit, and a few more)
             out.append(Group(f"attention/{be}:{name}", "attention", f"{be}:{name}",
                              lambda r, be=be, name=name: r["op"] == "attention"
                              and (r.get("backend") or "fa3") == be and regime(r) == name,
-                             few or tuple(f for f in attention_free if f not in fixed), fixed=fixed,
+                             few or tuple(f for f in free if f not in fixed), fixed=fixed,
                              inherit=("attention", be) if few else None))
     if any(r["op"] == "moe" for r in recs):
         # the expert GEMMs, and with them (one fit: each trades off against the other)

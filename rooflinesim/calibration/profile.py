@@ -72,6 +72,8 @@ class KernelParams(BaseModel):
         "key over its query tile at its SM's share of the rate (0: off)"))
     walk_dim: float = Field(0.0, ge=0, description=(
         "attention: the critical path's per-key softmax work, in head-dim elements"))
+    key_block_s: float = Field(0.0, ge=0, description=(
+        "attention: fixed cost of each block of keys the critical path walks"))
     block_s: float = Field(0.0, ge=0, description=(
         "attention: fixed cost of one thread block (its queries in, its output out), paid "
         "once per round of blocks on an SM"))

@@ -586,6 +586,8 @@ _SUITES = {
     "focus2": focus2_suite,
     "holdout8": lambda: holdout_suite(seed=23026),
     "layers5": lambda: _random_layers(random.Random(6931), 80),
+    "holdout9": lambda: holdout_suite(seed=17320),
+    "layers6": lambda: _random_layers(random.Random(2236), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
