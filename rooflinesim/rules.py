@@ -13,7 +13,7 @@ from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
-from .timing import Timing, collective_time, kernel_time, logistic, sum_timings
+from .timing import Timing, collective_time, kernel_time, logistic, sum_timings, with_fields
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
@@ -35,8 +35,11 @@ def padded(x, tile):
     """A dimension rounded up to the tile the library would pick: small sizes get the
     next power-of-two tile (at least 8), larger ones whole tiles of ``tile``."""
     x = np.asarray(x, dtype=float)
+    large = np.ceil(x / tile) * tile
+    if x.ndim and np.count_nonzero(x >= tile) == x.size:  # (no small sizes: often so for widths)
+        return large
     small = np.maximum(8.0, 2.0 ** np.ceil(np.log2(np.maximum(x, 1.0))))
-    return np.where(x < tile, np.minimum(small, tile), np.ceil(x / tile) * tile)
+    return np.where(x < tile, np.minimum(small, tile), large)
 
 
 def _wave_efficiency(tiles, sm_count):
@@ -54,8 +57,10 @@ def alignment_bytes(elements, element_bytes):
 
 def _k_alignment(op):
     act, wt, _, _ = FORMATS[op.dtype]
-    return np.minimum(alignment_bytes(op.k, bytes_per_element(act)),
-                      alignment_bytes(op.k, bytes_per_element(wt)))
+    a, w = bytes_per_element(act), bytes_per_element(wt)
+    if a == w:  # one element size: one stride
+        return alignment_bytes(op.k, a)
+    return np.minimum(alignment_bytes(op.k, a), alignment_bytes(op.k, w))
 
 
 def _n_alignment(op):
@@ -68,6 +73,17 @@ def gemm_alignment(op):
     return np.minimum(_k_alignment(op), _n_alignment(op))
 
 
+def _aligned(a) -> bool:
+    """Whether every stride of alignment ``a`` (bytes) takes the 16-byte (TMA) path."""
+    a = np.asarray(a)
+    return a.size == 0 or a.item(a.argmin()) >= ALIGN_BYTES  # (the least, by its index)
+
+
+def _is_one(x) -> bool:
+    """Whether a factor is 1 at every point."""
+    return x == 1.0 if type(x) is float else not np.count_nonzero(np.asarray(x) != 1.0)
+
+
 def _class_factor(a, full, align8, align2):
     return np.where(a >= 16, full, np.where(a >= 4, align8, align2))
 
@@ -78,7 +94,7 @@ def _alignment_factors(op, p, a=None):
     falls on the operands whose rows are misaligned: A and W by k, C by n. ``a``: the
     op's gemm_alignment, where the caller has it."""
     a = gemm_alignment(op) if a is None else a
-    if np.all(a >= 16):
+    if _aligned(a):
         return 1.0, 1.0
     c = _class_factor(a, 1.0, p.align8_compute, p.align2_compute)
     skinny = np.asarray(op.m) <= 8
@@ -134,7 +150,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     # the alignment factors
     a = gemm_alignment(op)
     regimes, taken = [], None
-    for name, _, _ in GEMM_REGIMES if not np.all(a >= 16) else ():  # (else: the common case)
+    for name, _, _ in GEMM_REGIMES if not _aligned(a) else ():  # (else: the common case)
         q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
         if q is None:
             continue
@@ -176,7 +192,7 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
     fc, memory_scale = _alignment_factors(op, p, a)
-    if (np.asarray(fc) != 1.0).any() or (np.asarray(memory_scale) != 1.0).any():
+    if not (_is_one(fc) and _is_one(memory_scale)):
         losses["misalignment"] = 1 / fc
     kernels = split_k_kernels(op, p, a)
     if p.split_k_ratio:
@@ -211,9 +227,7 @@ def _k_step_bytes(op: Gemm) -> float:
 
 def _with_fixed(t: Timing, seconds) -> Timing:
     """``t`` with a fixed time added to its latency (and counted as launch cost)."""
-    from dataclasses import replace
-
-    return replace(t, latency_s=t.latency_s + seconds, launch_s=t.launch_s + seconds)
+    return with_fields(t, latency_s=t.latency_s + seconds, launch_s=t.launch_s + seconds)
 
 
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
@@ -435,7 +449,7 @@ def by_regime(op, regimes) -> Timing:
     (mask, time function) whose masks split the points. Large arrays are split so that
     each regime prices only its own points; small ones are priced whole by every regime
     present (fewer numpy calls), then picked point by point."""
-    present = [(np.asarray(m), fn) for m, fn in regimes if np.any(m)]
+    present = [(np.asarray(m), fn) for m, fn in regimes if np.count_nonzero(m)]
     if len(present) == 1:
         return present[0][1](op)
     from dataclasses import fields, replace
@@ -487,7 +501,7 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
 def memory_rule(op, spec, profile) -> Timing:
     key = {Copy: "copy", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
     p = profile.params("memory", key)
-    memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, 0.0
+    memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
         memory_scale = 1 / _class_factor(a, 1.0, p.align8_memory, p.align2_memory)
@@ -508,7 +522,7 @@ def memory_rule(op, spec, profile) -> Timing:
     if isinstance(op, Norm) and p.row_bandwidth_elements:
         memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
     t = kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
-    return _with_fixed(t, extra_launch) if np.any(extra_launch) else t
+    return _with_fixed(t, extra_launch) if extra_launch is not None and np.count_nonzero(extra_launch) else t
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:

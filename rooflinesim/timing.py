@@ -57,6 +57,11 @@ class Timing:
         return out
 
 
+def with_fields(t: Timing, **changes) -> Timing:
+    """``t`` with some fields changed (dataclasses.replace, without its per-field checks)."""
+    return Timing(**{**t.__dict__, **changes})
+
+
 def _plain(x):
     a = np.asarray(x)
     if a.ndim == 0:
@@ -70,13 +75,13 @@ def corner(terms, p):
     top = terms[0]
     for t in terms[1:]:
         top = np.maximum(top, t)
-    if _ndim(top) == 0:
+    if not isinstance(top, np.ndarray) or top.ndim == 0:
         return _scalar_corner([float(t) for t in terms], p)
     if p is None:
         return top
-    positive = top > 0
-    if positive.all():  # no zero times to guard
+    if _all_positive(top):  # no zero times to guard
         return top * _power_sum(terms, top, p) ** (1.0 / p)
+    positive = top > 0
     safe = np.where(positive, top, 1.0)
     return np.where(positive, safe * _power_sum(terms, safe, p) ** (1.0 / p), 0.0)
 
@@ -89,18 +94,16 @@ def _scalar_corner(vals: list[float], p):
 
 
 def _power_sum(terms, scale, p):
-    acc = 0.0
-    for t in terms:
+    acc = (terms[0] / scale) ** p
+    for t in terms[1:]:
         acc = acc + (t / scale) ** p
     return acc
 
 
-def _ndim(x) -> int:
-    if type(x) is float or type(x) is int:
-        return 0
-    if isinstance(x, (np.ndarray, np.generic)):
-        return x.ndim
-    return np.ndim(x)
+def _all_positive(x) -> bool:
+    """Whether every point of array ``x`` is above 0 (a NaN is not): tested at the least
+    one, whose index costs a fraction of a min() on small arrays."""
+    return x.size == 0 or x.item(x.argmin()) > 0
 
 
 def _bound(named: dict):
@@ -110,8 +113,8 @@ def _bound(named: dict):
     if not shape:
         return max(named, key=lambda k: float(named[k]))
     stack = np.empty((len(values), *shape))
-    for row, v in zip(stack, values):
-        row[...] = v
+    for i, v in enumerate(values):
+        stack[i] = v
     return _names(tuple(named))[stack.argmax(axis=0)]
 
 
@@ -131,7 +134,7 @@ def _intensity(flops, hbm_bytes):
     f = np.asarray(flops, dtype=float)
     if b.ndim == 0 and f.ndim == 0:
         return float(f) / float(b) if b > 0 else np.inf
-    if b.size and b.min() > 0:
+    if b.size and _all_positive(b):
         return f / b
     return np.divide(f, b, out=np.full(np.broadcast(f, b).shape, np.inf), where=b > 0)
 
@@ -139,9 +142,12 @@ def _intensity(flops, hbm_bytes):
 def math_flops(work: Work):
     """The FLOPs a roofline plots: matrix-unit FLOPs where the kernel has them (their
     ceiling is the dtype's peak), else its vector FLOPs."""
-    if work.tensor_flops:
-        return sum(work.tensor_flops.values())
-    return work.vector_flops
+    if not work.tensor_flops:
+        return work.vector_flops
+    total, *rest = work.tensor_flops.values()
+    for flops in rest:
+        total = total + flops
+    return total
 
 
 def _is_zero(x) -> bool:
@@ -158,19 +164,22 @@ def _compute_s(work: Work, spec, p, fp32_peak, overlap_aux, compute_scale):
              + work.sfu_ops / sfu_rate(spec, fp32_peak))
     if not work.tensor_flops:
         return _scaled(t_aux, compute_scale)
-    t_tensor = 0.0
+    t_tensor = None
     for rate, flops in work.tensor_flops.items():
-        t_tensor = t_tensor + flops / (spec.peak(rate) * p.compute_efficiency)
+        t = flops / (spec.peak(rate) * p.compute_efficiency)
+        t_tensor = t if t_tensor is None else t_tensor + t
     if _is_zero(t_aux):
         return _scaled(t_tensor, compute_scale)
     overlap = float(overlap_aux)  # 1: the vector/special-function work hides under the matrix work
+    if overlap == 1:  # (the hidden part adds nothing)
+        return np.maximum(t_tensor, t_aux) * compute_scale
     return (np.maximum(t_tensor, t_aux) + (1 - overlap) * np.minimum(t_tensor, t_aux)) * compute_scale
 
 
 def logistic(x):
     """The smooth 0-to-1 step 1 / (1 + e^-x) of the model's size thresholds (clipped so
     that far-off points neither overflow nor underflow)."""
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
+    return 1.0 / (1.0 + np.exp(-np.minimum(np.maximum(x, -50.0), 50.0)))  # (np.clip is slower)
 
 
 def _hbm_s(work: Work, bw, p, memory_scale):
@@ -183,7 +192,7 @@ def _hbm_s(work: Work, bw, p, memory_scale):
     hbm = _scaled(work.hbm_bytes / bw, memory_scale)
     if p.memory_latency_s:
         # DRAM latency is hidden only once enough bytes are in flight
-        hbm = hbm + p.memory_latency_s * -np.expm1(-np.asarray(work.hbm_bytes) / p.memory_latency_bytes)
+        hbm = hbm - p.memory_latency_s * np.expm1(work.hbm_bytes / -p.memory_latency_bytes)
     return hbm
 
 
@@ -233,37 +242,45 @@ def collective_time(op, spec, profile) -> Timing:
         link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
     if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
         raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
-    if (np.asarray(op.world_size) > spec.interconnect.gpus_per_node).any():
+    if np.count_nonzero(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
         raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
                         f"a world size of {op.world_size} would cross nodes, which is not modelled")
     link = w.link_bytes / (link_bw * cp.link_efficiency)
     fixed = cp.latency_s + w.link_steps * cp.step_latency_s
     if cp.fill_latency_s:
-        link = link + cp.fill_latency_s * -np.expm1(-np.asarray(op.bytes, dtype=float) / cp.fill_bytes)
+        link = link - cp.fill_latency_s * np.expm1(np.asarray(op.bytes, dtype=float) / -cp.fill_bytes)
     latency = fixed + link
+    flops = math_flops(w)
     t = Timing(
         latency_s=latency,
         bound=_bound({"link": link, "launch": fixed}),
-        flops=math_flops(w), hbm_bytes=w.hbm_bytes,
-        intensity_flop_per_byte=_intensity(math_flops(w), w.hbm_bytes),
+        flops=flops, hbm_bytes=w.hbm_bytes,
+        intensity_flop_per_byte=_intensity(flops, w.hbm_bytes),
         ridge_flop_per_byte=spec.peak("fp32") / spec.memory.hbm_bandwidth_bytes_per_s,
         link_s=link, launch_s=fixed,
         losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
     )
-    t.losses["algbw_bytes_per_s"] = op.bytes / latency
-    t.losses["busbw_bytes_per_s"] = op.bytes / latency * bus_factor(op.kind, op.world_size)
+    t.losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
+    t.losses["busbw_bytes_per_s"] = algbw * bus_factor(op.kind, op.world_size)
     return t
 
 
 def predict(op, spec, profile=None) -> Timing:
     """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None)."""
-    from . import rules
-
     if profile is None:
         from .calibration.profile import IDEAL
 
         profile = IDEAL
-    return rules.rule_for(op)(op, spec, profile)
+    return _rules().rule_for(op)(op, spec, profile)
+
+
+@lru_cache(maxsize=None)
+def _rules():
+    """The rules module, imported on first use (it imports this one); a model's prediction
+    calls ``predict`` a dozen times, and an import statement costs more than this call."""
+    from . import rules
+
+    return rules
 
 
 def sum_timings(parts: list[tuple[str, Timing]], spec) -> Timing:

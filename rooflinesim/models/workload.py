@@ -277,9 +277,14 @@ def _numeric(v) -> bool:
 def _stack(args: list[dict], sizes: list[int], fields: tuple) -> dict:
     """The numeric arguments ``fields`` of kernels (their ``args``, numbers or arrays over
     ``sizes`` points), each concatenated over the kernels into one array."""
-    if max(sizes) > 16:
-        return {f: np.concatenate([np.broadcast_to(np.asarray(a[f], dtype=float), (n,))
-                                   for a, n in zip(args, sizes)]) for f in fields}
+    if max(sizes) > 16:  # (each kernel's values broadcast into its slice of a field's row)
+        block = np.empty((len(fields), sum(sizes)))
+        for row, f in zip(block, fields):
+            at = 0
+            for a, n in zip(args, sizes):
+                row[at:at + n] = a[f]
+                at += n
+        return dict(zip(fields, block))
     flat: list = []  # few points: Python lists are cheaper than numpy calls
     for f in fields:
         for a, n in zip(args, sizes):
@@ -287,7 +292,7 @@ def _stack(args: list[dict], sizes: list[int], fields: tuple) -> dict:
             if isinstance(v, np.ndarray) and v.ndim:
                 flat += v.tolist() if v.size == n else [v.item()] * n
             else:
-                flat += [float(v)] * n
+                flat += [v] * n  # (np.array makes them floats)
     return dict(zip(fields, np.array(flat, dtype=float).reshape(len(fields), sum(sizes))))
 
 
@@ -312,6 +317,7 @@ class _Layout:
     launches: np.ndarray  # [kernel, 1]: kernels launched from the host per run
     names: tuple  # the table's rows: kernel names, in order of first appearance
     row_of: np.ndarray  # per kernel: its table row
+    row_counts: list  # per table row: runs per forward pass
 
 
 _STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
@@ -325,8 +331,14 @@ def _layout(kernels: list[Kernel], sh, d: Deployment) -> _Layout:
     mult = np.array([[x * k.count for x in per_stage[k.where]] for k in kernels], dtype=float)
     names = tuple(dict.fromkeys(k.name for k in kernels))
     row = {name: r for r, name in enumerate(names)}
-    return _Layout(mult, mult.sum(axis=1), np.array([[k.launches] for k in kernels], dtype=float),
-                   names, np.array([row[k.name] for k in kernels]))
+    counts, row_of = mult.sum(axis=1), np.array([row[k.name] for k in kernels])
+    return _Layout(mult, counts, np.array([[k.launches] for k in kernels], dtype=float), names, row_of,
+                   _row_sums(row_of, counts, len(names)))
+
+
+def _row_sums(row_of: np.ndarray, x: np.ndarray, rows: int) -> list:
+    """Per table row: the sum of ``x`` over the row's kernels."""
+    return np.bincount(row_of, weights=x, minlength=rows).tolist()
 
 
 def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
@@ -336,7 +348,10 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
     found: dict = {}
     for j, kernels in enumerate(lists):
         for i, k in enumerate(kernels):
-            static = tuple((f, v) for f, v in k.args.items() if f != "name" and not _numeric(v))
+            # (settings left at their defaults written out: such kernels stack with those
+            # that name the same values)
+            static = tuple((f, v) for f, v in _all_args(k.cls, k.args).items()
+                           if f != "name" and not _numeric(v))
             numeric = tuple(f for f, v in k.args.items() if _numeric(v))
             phase = j if k.cls is Attention else None
             found.setdefault((k.cls, static, phase), (numeric, []))[1].append((j, i))
@@ -356,6 +371,7 @@ class _Plan:
         members = [m for g in self.groups for m in g.members]
         self.member_phase = np.array([j for j, _ in members])
         self.member_kernel = np.array([i for _, i in members])
+        self._sources: dict = {}
 
     def rows(self, ns: tuple) -> np.ndarray:
         """For the groups' stacked points, end to end: where each lands in the phases'
@@ -366,6 +382,14 @@ class _Plan:
         start = offsets[self.member_phase] + self.member_kernel * n
         first = np.cumsum(n) - n
         return np.repeat(start - first, n) + np.arange(first[-1] + n[-1])
+
+    def sources(self, ns: tuple) -> np.ndarray:
+        """The inverse of ``rows``: for the phases' [kernel, point] arrays, flattened and
+        laid end to end, where each value sits among the groups' stacked points (kept per
+        ``ns``: every prediction of the same chunking and decode points shares it)."""
+        if ns not in self._sources:
+            self._sources[ns] = np.argsort(self.rows(ns))
+        return self._sources[ns]
 
 
 @lru_cache(maxsize=128)
@@ -410,8 +434,9 @@ class _Priced:
 def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> list[_Priced]:
     """Time the kernels of each phase (``lists``, over ``ns`` points) with one predict
     call per group of the plan, the group's numeric arguments stacked into arrays."""
-    rows = plan.rows(ns)
-    cols = [np.empty(rows.size) for _ in range(3)] + [np.empty(rows.size, dtype=object)]
+    total = sum(k * n for k, n in zip(plan.sizes, ns))
+    stacked = np.empty((3, total))  # latency, FLOPs and HBM bytes over the groups' points
+    bound = np.empty(total, dtype=object)
     timings, at = [], 0
     for g in plan.groups:
         sizes = [ns[j] for j, _ in g.members]
@@ -419,13 +444,17 @@ def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> 
         t = in_sequence(predict(g.cls(**g.static, **args), spec, profile))
         timings.append(t)
         end = at + sum(sizes)
-        for c, x in zip(cols, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
-            c[rows[at:end]] = x
+        stacked[0, at:end], stacked[1, at:end], stacked[2, at:end] = t.latency_s, t.flops, t.hbm_bytes
+        bound[at:end] = t.bound
         at = end
+    # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
+    # follow the layout of its operands)
+    order = plan.sources(ns)
+    cols, bound = np.take(stacked, order, axis=1), bound[order]
     out, at = [], 0
     for j, (k, n) in enumerate(zip(plan.sizes, ns)):
-        out.append(_Priced(*(c[at:at + k * n].reshape(k, n) for c in cols), groups=timings,
-                           plan=plan, ns=ns, phase=j))
+        out.append(_Priced(*cols[:, at:at + k * n].reshape(3, k, n), bound[at:at + k * n].reshape(k, n),
+                           groups=timings, plan=plan, ns=ns, phase=j))
         at += k * n
     return out
 
@@ -504,31 +533,31 @@ class PhaseResult:
     def table(self) -> list[dict]:
         """Per kernel name: runs per forward, FLOPs, HBM bytes, time, bound and share of
         the kernel sum (points combined as for the phase's time), largest time first."""
-        mask = self.latency_s > 0
-        per_run = self.counts[:, None] * mask
-        time = self.counts[:, None] * self.latency_s
+        counts = self.counts[:, None]
+        per_run = counts * (self.latency_s > 0)
+        time = counts * self.latency_s
         t, f, b = time @ self.weights, (per_run * self.priced.flops) @ self.weights, \
             (per_run * self.priced.hbm_bytes) @ self.weights
         layout = self.priced.layout
-        rows = len(layout.names)
-        count, flops, hbm, time_s = (np.bincount(layout.row_of, weights=x, minlength=rows).tolist()
-                                     for x in (self.counts, f, b, t))
+        names = layout.names
+        count = (layout.row_counts if self.counts is layout.counts  # (as _combine makes it)
+                 else _row_sums(layout.row_of, self.counts, len(names)))
+        flops, hbm, time_s = (_row_sums(layout.row_of, x, len(names)) for x in (f, b, t))
         bound = self._longest_bound(t, time.argmax(axis=1))
         total = float(t.sum()) or 1.0
-        out = [{"op": name, "count": count[r], "flops": flops[r], "hbm_bytes": hbm[r],
-                "time_s": time_s[r], "bound": bound[r], "share": time_s[r] / total}
-               for r, name in enumerate(layout.names)]
-        return sorted(out, key=lambda r: -r["time_s"])
+        return [{"op": names[r], "count": count[r], "flops": flops[r], "hbm_bytes": hbm[r],
+                 "time_s": time_s[r], "bound": bound[r], "share": time_s[r] / total}
+                for r in sorted(range(len(names)), key=lambda r: -time_s[r])]
 
     def _longest_bound(self, t: np.ndarray, peak: np.ndarray) -> list[str]:
         """Per table row: the bound, at its slowest point, of the row's longest kernel."""
-        names = self.priced.layout.names
-        at_peak = self.priced.bound[np.arange(len(peak)), peak].tolist()
-        top, bound = [-1.0] * len(names), [""] * len(names)
-        for r, ti, b in zip(self.priced.layout.row_of.tolist(), t.tolist(), at_peak):
+        rows = len(self.priced.layout.names)
+        top, longest = [-1.0] * rows, [None] * rows
+        for i, (r, ti) in enumerate(zip(self.priced.layout.row_of.tolist(), t.tolist())):
             if ti > top[r]:
-                top[r], bound[r] = ti, str(b)
-        return bound
+                top[r], longest[r] = ti, i
+        bound = self.priced.bound
+        return ["" if i is None else str(bound[i, peak[i]]) for i in longest]
 
 
 def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, d: Deployment) -> PhaseResult:
@@ -544,7 +573,7 @@ def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, d: Deployment) -
     stage_s = layout.mult.T @ lat
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
-    step = stage_s.sum(axis=0)
+    step = stage_s[0].copy() if d.pp == 1 else stage_s.sum(axis=0)  # (a copy costs less than a sum)
     if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)

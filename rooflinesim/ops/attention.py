@@ -16,6 +16,7 @@ Variants share the same FLOPs and differ in traffic and overlap:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 from ..dtypes import bytes_per_element
@@ -43,11 +44,10 @@ VECTOR_FLOPS_PER_SCORE = 4  # scale, running max, subtract, running sum
 
 def attended_pairs(seq_q, seq_kv, causal):
     """(query, key) pairs that are computed. Exact for causal seq_q <= seq_kv."""
-    full = seq_q * seq_kv
     tri = seq_q * (seq_kv - seq_q) + seq_q * (seq_q + 1) / 2
     if isinstance(causal, (bool, int)):
-        return tri if causal else full
-    return where(causal, tri, full)  # an array of flags, or a sympy condition
+        return tri if causal else seq_q * seq_kv
+    return where(causal, tri, seq_q * seq_kv)  # an array of flags, or a sympy condition
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,11 @@ class Attention(Op):
         return "fp8" if self.dtype == "fp8" else self.dtype
 
     def pairs(self):
+        return self._pairs
+
+    @cached_property
+    def _pairs(self):
+        # (counted once per op: the timing rule and the work record both need them)
         return self.batch * self.heads * attended_pairs(self.seq_q, self.seq_kv, self.causal)
 
     def flops(self):

@@ -55,7 +55,9 @@ def op_names() -> list[str]:
 def check_positive(**values) -> None:
     """Sizes must be positive whole numbers (checked for numbers and arrays, not symbols)."""
     arrays = [v for v in values.values() if _numeric_array(v)]
-    if len(arrays) > 1 and _positive(np.concatenate([a.ravel() for a in arrays])):
+    if len(arrays) > 1 and _positive(np.concatenate(arrays, axis=None)):
+        if len(arrays) == len(values):
+            return
         values = {k: v for k, v in values.items() if not _numeric_array(v)}  # checked at once
     for name, v in values.items():
         if v is not None and not _positive(v):
@@ -73,7 +75,8 @@ def _positive(v) -> bool:
     if kind is float:
         return 0 < v < math.inf
     if _numeric_array(v) and v.size:
-        return bool(v.min() > 0) and (v.dtype.kind != "f" or bool(v.max() < math.inf))
+        # (the least and the greatest by their index: cheaper than min() and max())
+        return v.item(v.argmin()) > 0 and (v.dtype.kind != "f" or v.item(v.argmax()) < math.inf)
     if is_symbolic(v):
         return True
     a = np.asarray(v)

@@ -51,7 +51,7 @@ class Collective(Op):
         check_choice("collective", self.kind, KINDS)
         check_choice("collective algorithm", self.algorithm, ALGORITHMS)
         check_positive(bytes=self.bytes, world_size=self.world_size)
-        if not is_symbolic(self.world_size) and (np.asarray(self.world_size) < 2).any():
+        if not is_symbolic(self.world_size) and np.count_nonzero(np.asarray(self.world_size) < 2):
             raise UserError("a collective needs a world size of at least 2 GPUs")
         if self.algorithm != "ring" and self.kind != "allreduce":
             raise UserError(f"the {self.algorithm} algorithm applies to allreduce only")
@@ -77,13 +77,14 @@ class Collective(Op):
 
     def work(self) -> Work:
         reduce = self.kind in ("allreduce", "reducescatter")
+        sent = self.link_bytes()
         # the reduction reads what arrives and the local chunk, and writes the sum:
         # one add per element received
-        local = (3 if reduce else 1) * self.link_bytes()
+        local = (3 if reduce else 1) * sent
         return Work(
-            vector_flops=(self.link_bytes() / bytes_per_element(self.dtype) if reduce else 0),
+            vector_flops=(sent / bytes_per_element(self.dtype) if reduce else 0),
             hbm_bytes=local,
-            link_bytes=self.link_bytes(),
+            link_bytes=sent,
             link_steps=self.link_steps(),
             kernels=1,
         )

@@ -74,7 +74,7 @@ def _sharded(ep) -> bool:
     """Whether the experts are spread over more than one GPU."""
     if type(ep) is int:
         return ep > 1
-    return is_symbolic(ep) or bool((np.asarray(ep) > 1).any())
+    return is_symbolic(ep) or bool(np.count_nonzero(np.asarray(ep) > 1))
 
 
 def expected_touched(tokens, experts, top_k):
@@ -121,7 +121,7 @@ class MoE(Op):
         check_choice("GEMM dtype", self.dtype, FORMATS)
         check_choice("routing", self.routing, ("uniform", "balanced", "explicit"))
         if not is_symbolic(self.top_k, self.experts) and (
-                np.asarray(self.top_k) > np.asarray(self.experts)).any():
+                np.count_nonzero(np.asarray(self.top_k) > np.asarray(self.experts))):
             raise UserError("top_k cannot exceed the number of experts")
         if self.tokens_per_expert is not None:
             counts = np.asarray(self.tokens_per_expert)
@@ -132,7 +132,7 @@ class MoE(Op):
             if np.any(np.asarray(self.imbalance) < 1):
                 raise UserError("imbalance is the busiest expert's load over the mean; it must be >= 1")
         if not is_symbolic(self.experts, self.ep) and (
-                np.asarray(self.experts) % np.asarray(self.ep) != 0).any():
+                np.count_nonzero(np.asarray(self.experts) % np.asarray(self.ep) != 0)):
             raise UserError("the expert-parallel degree must divide the number of experts")
 
     # --- routing statistics (per GPU when ep > 1) ---
@@ -151,12 +151,14 @@ class MoE(Op):
         """Load (rows) of the busiest expert."""
         if self.tokens_per_expert is not None:
             return int(np.max(self.tokens_per_expert))
-        mean = self.routed_rows() / self.experts
         if self.imbalance is not None:
-            return minimum(self.tokens, self.imbalance * mean)
+            return minimum(self.tokens, self.imbalance * self._mean_load())
         if self.routing == "balanced":
-            return ceil(mean)
+            return ceil(self._mean_load())
         return expected_busiest(self.tokens, self.experts, self.top_k)
+
+    def _mean_load(self):
+        return self.routed_rows() / self.experts
 
     def rows_per_gpu(self):
         """Rows the busiest GPU computes: its experts' share, plus the excess of the
@@ -164,8 +166,7 @@ class MoE(Op):
         if self.tokens_per_expert is not None:
             per_gpu = np.asarray(self.tokens_per_expert).reshape(int(self.ep), -1).sum(axis=1)
             return int(per_gpu.max())
-        mean_expert = self.routed_rows() / self.experts
-        excess = maximum(0, self.busiest() - mean_expert)
+        excess = maximum(0, self.busiest() - self._mean_load())
         return self.routed_rows() / self.ep + where(self.ep > 1, excess, 0)
 
     def row_tiles(self):
