@@ -84,6 +84,7 @@ class Group:
     fixed: dict = field(default_factory=dict)  # other KernelParams fields
     also: tuple = ()  # (family, key) that receive the same parameters
     inherit: tuple | None = None  # (family, key) whose fitted parameters are the defaults
+    inherit_only: tuple = ()  # the fields taken from inherit (empty: all of them)
     # fitted together with the group's own: parameters named "<prefix>.<name>" go to
     # (family, key), whose defaults are the fitted parameters of (family, key) inherit
     linked: tuple = ()  # ((prefix, family, key, inherit), ...)
@@ -205,15 +206,19 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                              few or tuple(f for f in free if f not in fixed), fixed=fixed,
                              inherit=("attention", be) if few else None))
     if any(r["op"] == "moe" for r in recs):
-        # the expert GEMMs, and with them (one fit: each trades off against the other)
-        # the rows the harness's layer moves with PyTorch's index kernels (index_select
-        # dispatch, index_add combine: atomics) at a bandwidth of their own; engines'
-        # fused permutation kernels keep the memory kernels' own
+        # the expert GEMMs (from the dense GEMMs' launch floor and memory latency), and
+        # with them (one fit: each trades off against the others) the rows the harness's
+        # layer moves with PyTorch's index kernels (index_select dispatch, index_add
+        # combine: atomics) at a bandwidth of their own, and the fixed cost of its small
+        # routing kernels (sorts, scans, fills); engines' fused permutation kernels keep
+        # the memory kernels' own
         out.append(Group("moe", "grouped_gemm", "bf16", lambda r: r["op"] == "moe",
-                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
-                          "k_overhead", "indexed.memory_efficiency"),
-                         fixed={"tile_m": 128},
-                         linked=(("indexed", "memory", "indexed", ("memory", "rmsnorm")),)))
+                         ("compute_efficiency", "memory_efficiency", "corner",
+                          "k_overhead", "indexed.memory_efficiency", "bookkeeping.launch_s"),
+                         fixed={"tile_m": 128}, inherit=("gemm", "bf16"),
+                         inherit_only=("launch_s", "memory_latency_s", "memory_latency_bytes"),
+                         linked=(("indexed", "memory", "indexed", ("memory", "rmsnorm")),
+                                 ("bookkeeping", "memory", "bookkeeping", ("memory", "rmsnorm")))))
     if any(r["op"] == "decoder_layer" for r in recs):
         # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
         # not compute-bound costs after other kernels rather than after copies of itself
@@ -237,7 +242,10 @@ def _with(profile: Profile, group: Group, values: dict) -> Profile:
     if group.family == "collective":
         collectives[group.key] = CollectiveParams(**own)
     else:
-        params = KernelParams(**{**_inherited(profile, group.inherit), **group.fixed, **own})
+        base = _inherited(profile, group.inherit)
+        if group.inherit_only:
+            base = {f: base[f] for f in group.inherit_only if f in base}
+        params = KernelParams(**{**base, **group.fixed, **own})
         for fam, key in ((group.family, group.key), *group.also):
             kernels.setdefault(fam, {})[key] = params
     for prefix, fam, key, inherit in group.linked:

@@ -61,7 +61,7 @@ class GroupedGemm(Op):
             tensor_flops={rate: 2 * self.rows * self.n * self.k},
             hbm_bytes=self.rows * self.k * a + self.experts * self.n * self.k * w
             + self.rows * self.n * c,
-            kernels=1,
+            kernels=2,  # the problem-size setup kernel, then the grouped GEMM
         )
 
 
