@@ -111,13 +111,18 @@ def _alignment_factors(op, p, a=None):
     return c, scale
 
 
-def split_k_kernels(op, p, a=None):
+def _tiles64(op):
+    """Output tiles of a 64x64 tiling: the unit of the split-K choice and the k walk."""
+    return op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
+
+
+def split_k_kernels(op, p, a=None, tiles=None):
     """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile).
     Kernels for element-aligned strides split at their own ratio, however short k is.
-    ``a``: the op's gemm_alignment, where the caller has it."""
+    ``a``, ``tiles``: the op's gemm_alignment and _tiles64, where the caller has them."""
     if not p.split_k_ratio:
         return 1.0
-    tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
+    tiles = _tiles64(op) if tiles is None else tiles
     per_tile = np.log(np.asarray(op.k) / tiles)
     x = (per_tile - np.log(p.split_k_ratio)) / 0.25
     x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
@@ -178,6 +183,8 @@ def in_sequence(t: Timing) -> Timing:
 
 def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
     """``a``: the op's gemm_alignment, where the caller has it."""
+    a = gemm_alignment(op) if a is None else a
+    tiles = _tiles64(op)
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
         pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
@@ -194,19 +201,17 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
     fc, memory_scale = _alignment_factors(op, p, a)
     if not (_is_one(fc) and _is_one(memory_scale)):
         losses["misalignment"] = 1 / fc
-    kernels = split_k_kernels(op, p, a)
+    kernels = split_k_kernels(op, p, a, tiles)
     if p.split_k_ratio:
         losses["split_k_kernels"] = kernels
     extra = 0.0
     if p.k_element_s:
         # the k loop of one output tile runs in series; a split k shares it out
-        tiles = op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
         splits = np.clip(spec.chip.sm_count / tiles, 1.0, 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
         slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
         extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
         # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
-        a = gemm_alignment(op) if a is None else a
         extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
     t = kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
@@ -394,19 +399,19 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
         losses["critical_path_s"] = extra
+    if p.key_block_s or p.block_s:
+        rounds = np.ceil(blocks * splits / (2 * sms))  # of blocks on an SM, two resident at a time
     if p.key_block_s:
         # the critical path's fixed cost per block of keys (64 keys at head dims up to
         # 64, 128 above), a latency that two blocks resident on an SM hide from each
         # other: paid once per round of two blocks per SM
         per_block = np.where(np.asarray(op.head_dim) <= 64, 64.0, 128.0)
         walk_blocks = np.ceil(np.asarray(op.seq_kv) / splits / per_block)
-        rounds = np.ceil(blocks * splits / (2 * sms))
         extra = extra + walk_blocks * rounds * p.key_block_s
         losses["key_blocks"] = walk_blocks
     if p.block_s:
         # each block's own fixed cost (loading its queries, writing its output), paid
-        # once per round of blocks on an SM (two resident at a time)
-        rounds = np.ceil(blocks * splits / (2 * sms))
+        # once per round of blocks on an SM
         extra = extra + rounds * p.block_s
         losses["block_rounds"] = rounds
     if p.unsplit_memory_efficiency < 1:
@@ -440,7 +445,7 @@ def _fa2_combine_s(op: Attention, splits, rows, sms, per_split_s):
 
 
 # the fields of a Timing that hold a value per point (merged when regimes are joined)
-_PER_POINT = ("latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
+PER_POINT = ("latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
               "hbm_s", "l2_s", "link_s", "launch_s", "losses")
 
 
@@ -483,7 +488,7 @@ def _scatter(shape, parts) -> Timing:
         return out
 
     first = parts[0][1]
-    return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in _PER_POINT})
+    return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in PER_POINT})
 
 
 def select_timing(mask, a: Timing, b: Timing) -> Timing:
@@ -495,7 +500,7 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
             return {k: pick(x.get(k, 0.0), y.get(k, 0.0)) for k in {**y, **x}}
         return np.where(mask, x, y)
 
-    return replace(a, **{f: pick(getattr(a, f), getattr(b, f)) for f in _PER_POINT})
+    return replace(a, **{f: pick(getattr(a, f), getattr(b, f)) for f in PER_POINT})
 
 
 def memory_rule(op, spec, profile) -> Timing:

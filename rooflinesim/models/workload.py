@@ -42,7 +42,7 @@ once per pair (``_plan``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -56,8 +56,8 @@ from ..ops.collectives import Collective
 from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
-from ..rules import in_sequence
-from ..timing import Timing, predict
+from ..rules import PER_POINT, in_sequence
+from ..timing import Timing, predict, with_fields
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
@@ -463,13 +463,11 @@ def _slice_timing(t: Timing, rows: slice) -> Timing:
     total = np.size(t.latency_s)  # the stacked op's points
 
     def cut(x):
+        if isinstance(x, dict):
+            return {k: cut(v) for k, v in x.items()}
         return x[rows] if np.ndim(x) and np.shape(x)[0] == total else x
 
-    return replace(t, latency_s=cut(t.latency_s), bound=cut(t.bound), flops=cut(t.flops),
-                   hbm_bytes=cut(t.hbm_bytes), intensity_flop_per_byte=cut(t.intensity_flop_per_byte),
-                   compute_s=cut(t.compute_s), hbm_s=cut(t.hbm_s), l2_s=cut(t.l2_s),
-                   link_s=cut(t.link_s), launch_s=cut(t.launch_s),
-                   losses={k: cut(v) for k, v in t.losses.items()}, parts=[])
+    return with_fields(t, **{f: cut(getattr(t, f)) for f in PER_POINT}, parts=[])
 
 
 # ------------------------------------------------------------------------ results
