@@ -1,0 +1,66 @@
+"""Error splits the README quotes that `rooflinesim validate --by FIELD` cannot make,
+because no record field holds them (run: python benchmarks/error_splits.py FILE...).
+
+  * GEMMs by the alignment class of their narrowest row stride (16-byte: the TMA
+    kernels; 4-8 bytes; 2 bytes or less: element-aligned, odd sizes);
+  * odd skinny GEMMs (2 to 16 rows) by the cuBLAS kernel that ran: the CUDA-core
+    "small N" kernel (gemmSN, in the recorded kernel names) or another;
+  * copies and RMSNorm together, and the four collectives together.
+
+Median and 90th-percentile absolute error, as `rooflinesim validate` computes them, with
+the shipped profile of --gpu.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rooflinesim.calibration import records
+from rooflinesim.calibration.records import to_op
+from rooflinesim.calibration.validate import predict_records, stats
+from rooflinesim.cli.common import load_gpu, load_profile
+from rooflinesim.rules import gemm_alignment
+
+
+def _gemm_classes(rec: dict) -> list[str]:
+    a = float(gemm_alignment(to_op(rec)))
+    cls = "16-byte aligned" if a >= 16 else ("4-8 byte aligned" if a >= 4 else "odd (2 bytes or less)")
+    out = [f"gemm, {cls}"]
+    if a < 4 and 2 <= rec["m"] <= 16 and rec.get("kernel_names"):
+        ran = "gemmSN" if "gemmSN" in rec["kernel_names"][0] else "other kernels"
+        out.append(f"gemm, odd with 2-16 rows, {ran}")
+    return out
+
+
+def _classes(rec: dict) -> list[str]:
+    op = rec["op"]
+    if op == "gemm":
+        return _gemm_classes(rec)
+    if op in ("copy", "rmsnorm"):
+        return ["copy and rmsnorm"]
+    if op in ("allreduce", "allgather", "reducescatter", "alltoall"):
+        return ["four collectives"]
+    return []
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="measurement files (JSON Lines)")
+    ap.add_argument("--gpu", default="h200-sxm")
+    args = ap.parse_args()
+    spec = load_gpu(args.gpu, ())
+    profile = load_profile(spec, None)
+    recs = [r for r in records.load(args.files).records if _classes(r)]
+    errors: dict[str, list[float]] = {}
+    for rec, predicted, _ in predict_records(recs, spec, profile):
+        if predicted:
+            for c in _classes(rec):
+                errors.setdefault(c, []).append(predicted / rec["measured_s"] - 1)
+    print(f"{'split':45s} {'n':>5s} {'median':>8s} {'p90':>8s}")
+    for name in sorted(errors):
+        s = stats(errors[name])
+        print(f"{name:45s} {s['n']:5d} {s['median_ape']:8.1%} {s['p90_ape']:8.1%}")
+
+
+if __name__ == "__main__":
+    main()
