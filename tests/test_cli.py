@@ -112,6 +112,17 @@ def test_batch_max_is_the_memory_planners_largest_batch(model, extra, context):
     assert d["batch_from"].startswith("max: the largest batch the memory planner fits")
 
 
+def test_the_batch_says_whether_it_was_given_or_defaulted():
+    def source(*extra):
+        code, out, err = run(["predict", "model", "--model", "llama-3.1-8b", "--gpu", "h200", *extra,
+                              "--json"])
+        assert code == 0, err
+        return json.loads(out)["batch_from"]
+
+    assert source() == "default"
+    assert source("--batch", "1") == "given"
+
+
 def test_batch_max_follows_the_memory_fraction():
     def largest(fraction):
         code, out, _ = run(["predict", "model", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch",

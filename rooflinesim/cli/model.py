@@ -68,7 +68,8 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
                    launch_overhead_s=parse_quantity(launch_overhead.replace(" ", ""), "seconds"))
-    how = "given"
+    source = click.get_current_context().get_parameter_source("batch")
+    how = "default" if source == click.core.ParameterSource.DEFAULT else "given"
     if batch.strip().lower() == "max":
         batch = max_batch(cfg, d, spec, prompt + gen, memory_fraction)
         how = (f"max: the largest batch the memory planner fits for {prompt + gen} tokens, "
