@@ -207,7 +207,7 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
     extra = 0.0
     if p.k_element_s:
         # the k loop of one output tile runs in series; a split k shares it out
-        splits = np.clip(spec.chip.sm_count / tiles, 1.0, 16.0) ** (kernels - 1.0)
+        splits = np.minimum(np.maximum(spec.chip.sm_count / tiles, 1.0), 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
         slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
         extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
@@ -368,7 +368,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # (flash-decoding; only caches longer than split_kv_min_keys): the splits then
         # share out the walk over the keys
         short = short & (np.asarray(op.seq_kv) > p.split_kv_min_keys)
-        splits = np.where(short & (blocks < 0.8 * sms), np.clip(sms / blocks, 1.0, 128.0), 1.0)
+        splits = np.where(short & (blocks < 0.8 * sms), np.minimum(np.maximum(sms / blocks, 1.0), 128.0), 1.0)
     if p.head_dim_tile > 1:
         # the kernel's matrix products run on head dims rounded up to its tile (cuDNN
         # computes a head dim of 96 as 128)
@@ -376,7 +376,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         wide = np.ceil(d / p.head_dim_tile) * p.head_dim_tile / d
         scale = scale * wide
         losses["head_dim_padding"] = wide
-    if np.any(tile > 1):
+    if np.count_nonzero(tile > 1):
         # a block computes its whole query tile, however few of its rows are real
         pad = np.ceil(group_rows / tile) * tile / group_rows
         scale = scale * pad
@@ -394,7 +394,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # query tile, at one SM's share of the achievable rate, shared with the other
         # blocks resident on its SM (two at most)
         per_sm = spec.peak(op.math_rate) * p.compute_efficiency / sms
-        share = np.clip(np.ceil(blocks * splits / sms), 1.0, 2.0)
+        share = np.minimum(np.maximum(np.ceil(blocks * splits / sms), 1.0), 2.0)
         # (the softmax of each key costs like walk_dim extra head-dim elements)
         walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
@@ -419,7 +419,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     # a decode group larger than the tile takes several blocks, each streaming the
     # head's whole KV cache
     rereads = np.where(one, np.ceil(group_rows / tile), 1.0)
-    if np.any(rereads > 1):
+    if np.count_nonzero(rereads > 1):
         memory_scale = memory_scale * rereads
         losses["kv_rereads"] = rereads
     kernels = np.where(splits > 1, 2.0, 1.0)  # a split adds its combine (reduction) kernel
