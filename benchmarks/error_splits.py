@@ -2,7 +2,8 @@
 because no record field holds them (run: python benchmarks/error_splits.py FILE...).
 
   * GEMMs by the alignment class of their narrowest row stride (16-byte: the TMA
-    kernels; 4-8 bytes; 2 bytes or less: element-aligned, odd sizes);
+    kernels; 4-8 bytes; 2 bytes or less: element-aligned, odd sizes), the last two also
+    by rows (at most 8: skinny kernels; more: the tiled regimes);
   * odd skinny GEMMs (2 to 16 rows) by the cuBLAS kernel that ran: the CUDA-core
     "small N" kernel (gemmSN, in the recorded kernel names) or another;
   * copies and RMSNorm together, and the four collectives together.
@@ -19,13 +20,16 @@ from rooflinesim.calibration import records
 from rooflinesim.calibration.records import to_op
 from rooflinesim.calibration.validate import predict_records, stats
 from rooflinesim.cli.common import load_gpu, load_profile
-from rooflinesim.rules import gemm_alignment
+from rooflinesim.rules import SKINNY_ROWS, gemm_alignment
 
 
 def _gemm_classes(rec: dict) -> list[str]:
     a = float(gemm_alignment(to_op(rec)))
     cls = "16-byte aligned" if a >= 16 else ("4-8 byte aligned" if a >= 4 else "odd (2 bytes or less)")
     out = [f"gemm, {cls}"]
+    if a < 16:  # the model's regimes: skinny kernels, or the fastest of tiled configurations
+        rows = f"{SKINNY_ROWS} rows or fewer" if rec["m"] <= SKINNY_ROWS else f"over {SKINNY_ROWS} rows"
+        out.append(f"gemm, {cls}, {rows}")
     if a < 4 and 2 <= rec["m"] <= 16 and rec.get("kernel_names"):
         ran = "gemmSN" if "gemmSN" in rec["kernel_names"][0] else "other kernels"
         out.append(f"gemm, odd with 2-16 rows, {ran}")

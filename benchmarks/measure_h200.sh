@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -117,6 +117,11 @@ final4)
   # the last model change of the round that used holdout8 for development
   held_out_with_layers holdout9 layers6 random-layers6.jsonl
   ;;
+focus3)
+  # calibration cases for GEMMs with row strides under 16 bytes, and a tenth held-out set
+  # with 80 more random decoder layers (new seeds) for the model fitted with them
+  calib_with_held_out calib-focus3.jsonl focus3 holdout10 layers7 random-layers7.jsonl
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -137,6 +142,7 @@ case $phase in
   focus2) keep_only calib-focus2.jsonl holdout8.jsonl random-layers5.jsonl ;;
   final4) keep_only holdout9.jsonl random-layers6.jsonl ;;
   collectives3) keep_only calib-collectives3.jsonl ;;
+  focus3) keep_only calib-focus3.jsonl holdout10.jsonl random-layers7.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

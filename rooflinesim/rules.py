@@ -13,12 +13,25 @@ from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
-from .timing import Timing, collective_time, kernel_time, logistic, sum_timings, with_fields
+from .timing import Timing, collective_time, corner, kernel_time, logistic, sum_timings, with_fields
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
 ROW_DOUBLE_WIDTH = 0.25  # width in log bytes of the norms' step to a doubled row pass
-GEMM_REGIMES = (("align2", 0, 4), ("align8", 4, 16))  # (profile key suffix, stride bytes from, to)
+# (profile key suffix, stride bytes from, to); the first regime whose parameters a profile
+# has takes a point. The "_tiled" regimes hold the GEMMs above SKINNY_ROWS rows, priced as
+# the fastest of a few tile configurations (_tiled_gemm_time)
+GEMM_REGIMES = (("align2_tiled", 0, 4), ("align2", 0, 4), ("align8_tiled", 4, 16), ("align8", 4, 16))
+SKINNY_ROWS = 8  # GEMMs of at most this many rows run skinny (GEMV-style) kernels
+# the output tiles of the kernels cuBLAS runs for such GEMMs (kernel names of H200
+# measurements): CUTLASS sm75 tensor-op kernels loading one element at a time for
+# element-aligned strides, sm80 tensor-op and WMMA kernels loading two for 4-8-byte ones
+TILED_TILES = {"align2_tiled": ((64, 64), (128, 128), (256, 128)),
+               "align8_tiled": ((32, 32), (64, 64), (128, 128), (256, 128))}
+TILED_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # k splits (2 or more: a reduction kernel follows)
+# per regime, (tile_m, tile_n, k splits) of every configuration, tiles outer
+_TILED_CANDIDATES = {name: tuple(np.array(c, dtype=float) for c in zip(*(
+    (tm, tn, s) for tm, tn in tiles for s in TILED_SPLITS))) for name, tiles in TILED_TILES.items()}
 VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 # formats with no fitted parameters of their own take those of the nearest measured one:
 # w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
@@ -142,7 +155,10 @@ def gemm_regime_mask(op: Gemm, name: str, a=None):
     its gemm_alignment, where the caller has it)."""
     lo, hi = next((lo, hi) for n, lo, hi in GEMM_REGIMES if n == name)
     a = gemm_alignment(op) if a is None else a
-    return (a >= lo) & (a < hi)
+    mask = (a >= lo) & (a < hi)
+    if name.endswith("_tiled"):
+        mask = mask & (np.asarray(op.m) > SKINNY_ROWS)
+    return mask
 
 
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
@@ -160,7 +176,11 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         if q is None:
             continue
         mask = gemm_regime_mask(op, name, a)
-        regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
+        mask = mask if taken is None else mask & ~taken
+        if name.endswith("_tiled"):
+            regimes.append((mask, lambda o, q=q, name=name: _tiled_gemm_time(o, spec, q, name)))
+        else:
+            regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
         taken = mask if taken is None else taken | mask
     if not regimes:
         t = _gemm_time(op, spec, p, a)
@@ -220,6 +240,48 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         # a split k also writes fp32 partial tiles and runs the reduction over them
         return _with_fixed(t, (np.asarray(kernels) - 1.0) * p.split_k_s)
     return t
+
+
+def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
+    """GEMMs of ``regime`` (row strides under 16 bytes, above SKINNY_ROWS rows): the library
+    runs one of a few configurations (a tile of TILED_TILES[regime], the k split in one of
+    TILED_SPLITS parts), modelled as the fastest of them by the same physics. A thread
+    block walks its share of k in steps that each load tile_m + tile_n operand elements
+    through narrow loads (``element_load_rate`` elements per second per SM) and issue
+    2 x tile_m x tile_n FLOPs of matrix math (``compute_efficiency`` of the SM's share of
+    peak): larger tiles load fewer elements per FLOP. An SM runs its blocks at that rate,
+    a lone block at ``cta_share`` of it; blocks fill the SMs in whole waves. A split k
+    writes and reads back fp32 partial tiles and adds a reduction kernel. Every
+    configuration is priced at once, along a leading axis; the fastest (the first of
+    equals) is kept."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
+    shape = np.broadcast_shapes(m.shape, n.shape, k.shape, np.shape(op.batch))
+    tm, tn, s = (c.reshape(-1, *(1,) * len(shape)) for c in _TILED_CANDIDATES[regime])
+    sms = spec.chip.sm_count
+    work = op.work()
+    peak = spec.peak(op.math_rate) * p.compute_efficiency
+    load = (tm + tn) / (2.0 * tm * tn * p.element_load_rate) if p.element_load_rate else 0.0
+    rate = 1.0 / (sms / peak + load)  # FLOP/s of one SM
+    tiles = op.batch * np.ceil(m / tm) * np.ceil(n / tn)
+    block = 2.0 * tm * tn * (np.ceil(k / s) + p.k_overhead) / rate  # one block, an SM to itself
+    compute = block * np.maximum(np.ceil(tiles * s / sms), 1.0 / p.cta_share)
+    split = s > 1
+    hbm_bytes = work.hbm_bytes + np.where(split, 8.0 * s * op.batch * m * n, 0.0)  # fp32 partials out and back
+    kernels = np.where(split, 2.0, 1.0)
+    extra = np.where(split, p.split_k_s, 0.0)
+    bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
+    latency = kernels * p.launch_s + extra + corner([compute, hbm_bytes / bw], p.corner)
+    best = np.argmin(latency, axis=0)[None]
+
+    def chosen(x):
+        return np.take_along_axis(np.broadcast_to(x, latency.shape), best, axis=0)[0]
+
+    compute, hbm_bytes, kernels, extra = (chosen(x) for x in (compute, hbm_bytes, kernels, extra))
+    losses = {"tile_m": chosen(tm), "tile_n": chosen(tn), "k_splits": chosen(s), "split_k_kernels": kernels}
+    ideal = op.flops() / peak
+    t = kernel_time(work, spec, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
+                    losses=losses, kernels=kernels)
+    return _with_fixed(t, extra) if p.split_k_s else t
 
 
 def _k_step_bytes(op: Gemm) -> float:

@@ -135,3 +135,30 @@ def test_validate_splits_by_a_record_field():
                    "h200-sxm", by="mode")
     assert set(rep.ops) == {"decoder_layer/prefill", "decoder_layer/decode"}
     assert sum(s["n"] for s in rep.ops.values()) == len(rep.rows)
+
+
+def _gemms(shapes):
+    return [{"op": "gemm", "dtype": "bf16", "m": m, "n": n, "k": k, "batch": 1, "hardware": "h200-sxm",
+             "measured_s": 1e-5} for m, n, k in shapes]
+
+
+def test_gemm_stride_regimes_fit_apart_when_measured_enough():
+    """GEMMs with strides under 16 bytes fit their own regimes (rules.GEMM_REGIMES); a regime
+    with too few measurements of a format joins the coarser one it refines."""
+    spec = load_spec("h200")
+    aligned = _gemms((64 * i, 4096, 4096) for i in range(1, 31))
+    odd_tall = lambda count: _gemms((100 + i, 4097, 1000) for i in range(count))  # noqa: E731
+    odd_skinny = _gemms((1 + i % 8, 4097, 999 + 2 * i) for i in range(10))
+    four_byte_skinny = _gemms((2, 4096, 1002 + 8 * i) for i in range(5))
+
+    def sizes(recs):
+        return {g.name: sum(1 for r in recs if g.select(r))
+                for g in fit._groups(records.Measurements(records=recs), spec) if g.family == "gemm"}
+
+    few = sizes(aligned + odd_tall(10) + odd_skinny + four_byte_skinny)
+    assert few == {"gemm/bf16": 35, "gemm/bf16:align2": 20}  # 4-byte skinny ones in the main fit
+    many = sizes(aligned + odd_tall(25) + odd_skinny + four_byte_skinny)
+    assert many == {"gemm/bf16": 35, "gemm/bf16:align2": 10, "gemm/bf16:align2_tiled": 25}
+    main = next(g for g in fit._groups(records.Measurements(records=aligned + odd_tall(25)), spec)
+                if g.name == "gemm/bf16")
+    assert "align8_compute" not in main.free  # no 4-8-byte strides to fit them on

@@ -40,6 +40,23 @@ def test_gemm_latency_monotone_in_size(m, n, k, steps, profile):
         assert predict(bigger, H100, profile).latency_s >= base * (1 - 1e-12) - slack
 
 
+TILED_LIKE = Profile(kind="fitted", kernels={"gemm": {
+    "default": FITTED_LIKE.kernels["gemm"]["default"],
+    "bf16:align2_tiled": KernelParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
+                                      k_overhead=50.0, launch_s=2e-6, memory_efficiency=0.25, corner=20.0,
+                                      split_k_s=1e-6)}})
+
+
+@given(st.integers(9, 1 << 14), dims, dims, st.integers(1, 256))
+def test_tiled_gemms_monotone_in_size(m, n, k, steps):
+    """The fastest of configurations whose times each grow with the sizes grows with them:
+    odd GEMMs above eight rows, grown by whole 16-element steps (same stride class)."""
+    n, extra = n | 1, 16 * steps
+    base = predict(Gemm(m=m, n=n, k=k), H100, TILED_LIKE).latency_s
+    for bigger in (Gemm(m=m + extra, n=n, k=k), Gemm(m=m, n=n + extra, k=k), Gemm(m=m, n=n, k=k + extra)):
+        assert predict(bigger, H100, TILED_LIKE).latency_s >= base * (1 - 1e-12)
+
+
 @given(dims, dims, dims, st.floats(1.01, 10))
 def test_more_bandwidth_never_slower(m, n, k, factor):
     mem = H100.memory.model_copy(

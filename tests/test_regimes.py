@@ -245,3 +245,49 @@ def test_cutlass_attention_pays_a_fixed_cost_per_block_of_keys():
     assert timed(64, plain).latency_s < timed(128, plain).latency_s
     # 256 blocks, two per SM: one round, the same walk
     assert timed(64, blocks, batch=16).latency_s == pytest.approx(timed(64, blocks).latency_s, rel=0.02)
+
+
+TILED = Profile(kind="fitted", kernels={"gemm": {
+    "bf16": KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, corner=3.0,
+                         tile_m=64, tile_n=128),
+    "bf16:align2": KernelParams(compute_efficiency=0.15, memory_efficiency=0.6, launch_s=2.5e-6, corner=1.5,
+                                tile_m=64, tile_n=64, k_element_s=6e-9),
+    "bf16:align2_tiled": KernelParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
+                                      k_overhead=50.0, launch_s=2e-6, memory_efficiency=0.25, corner=20.0,
+                                      split_k_s=1e-6)}})
+
+
+def test_tiled_gemms_run_the_fastest_configuration():
+    """Odd GEMMs above eight rows take the tile and k split that price fastest: big ones a
+    big tile and no split, ones of few tiles and a long k a split (two kernels)."""
+    big = predict(Gemm(m=8192, n=8191, k=4096), H200, TILED).losses
+    assert (big["tile_m"], big["tile_n"], big["k_splits"]) == (256, 128, 1)
+    few = predict(Gemm(m=64, n=127, k=20001), H200, TILED)
+    assert few.losses["k_splits"] > 1 and few.losses["split_k_kernels"] == 2
+    # the split pays its partial tiles, second launch and fixed cost, and still beats the
+    # fastest configuration without one (a fixed cost of a second forbids every split)
+    params = TILED.kernels["gemm"]["bf16:align2_tiled"].model_copy(update={"split_k_s": 1.0})
+    no_split = Profile(kind="fitted", kernels={"gemm": {**TILED.kernels["gemm"], "bf16:align2_tiled": params}})
+    alone = predict(Gemm(m=64, n=127, k=20001), H200, no_split)
+    assert alone.losses["k_splits"] == 1
+    assert few.latency_s < alone.latency_s
+
+
+def test_tiled_regime_spares_skinny_gemms_and_needs_its_parameters():
+    skinny = Gemm(m=8, n=4097, k=4096)
+    assert "tile_m" not in predict(skinny, H200, TILED).losses  # skinny kernels: the align2 parameters
+    tall = Gemm(m=9, n=4097, k=4096)
+    assert "tile_m" in predict(tall, H200, TILED).losses
+    without = Profile(kind="fitted", kernels={"gemm": {k: v for k, v in TILED.kernels["gemm"].items()
+                                                       if not k.endswith("_tiled")}})
+    assert "tile_m" not in predict(tall, H200, without).losses  # priced by align2, as before
+
+
+def test_tiled_gemms_mixed_with_others_price_as_alone():
+    rng = np.random.default_rng(7)
+    m = rng.integers(1, 4096, 300)
+    n = rng.integers(1, 4096, 300) | 1  # odd: element-aligned strides
+    k = rng.integers(16, 8192, 300)
+    many = predict(Gemm(m=m, n=n, k=k), H200, TILED).latency_s
+    one = [predict(Gemm(m=int(a), n=int(b), k=int(c)), H200, TILED).latency_s for a, b, c in zip(m, n, k)]
+    np.testing.assert_allclose(many, one, rtol=1e-12)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..ops import Attention, Gemm
-from ..rules import ATTENTION_REGIMES, attention_regimes, gemm_regime_mask
+from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
 from .profile import CollectiveParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements, Unpredictable, to_op
 from .validate import stats
@@ -46,6 +46,8 @@ PARAMS = {
     "align2_split_k_ratio": (16.0, 0.5, 4096.0, 8.0),
     "gemv_misaligned_memory": (0.5, 0.02, 1.0, 0.1),
     "k_element_s": (1e-10, 1e-13, 1e-8, 1e-11),
+    "element_load_rate": (2e10, 1e8, 1e13, 1e9),
+    "cta_share": (0.5, 0.01, 1.0, 0.1),
     "row_element_s": (1e-9, 1e-14, 1e-7, 1e-11),
     "rows_per_sm": (16.0, 0.25, 64.0, 1.0),
     "row_double_bytes": (7e5, 1e4, 1e9, 1e5),
@@ -121,17 +123,36 @@ ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_bl
 # regimes with few measurements start from their backend's fitted parameters and fit these
 REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
 
-LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "k_overhead", "seq_overhead", "row_double_bytes"}
+LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "element_load_rate", "k_overhead", "seq_overhead", "row_double_bytes"}
 
 
+# GEMMs with row strides under 16 bytes (rules.GEMM_REGIMES), fitted on their own: the
+# skinny ones (at most rules.SKINNY_ROWS rows) by the dense GEMM formulas with their own
+# parameters, the others as the fastest of a few tile configurations. A regime with fewer
+# than REGIME_MIN_RECORDS measurements of a format is fitted with the coarser one it refines.
 GEMM_ODD_FREE = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align2_memory", "skinny_misaligned_memory", "gemv_misaligned_memory",
                  "split_k_ratio", "align2_split_k_ratio", "k_element_s", "memory_latency_s")
+GEMM_TILED_FREE = ("compute_efficiency", "element_load_rate", "cta_share", "k_overhead", "launch_s",
+                   "memory_efficiency", "corner", "split_k_s")
+_NO_CLASS_FACTORS = {"align2_compute": 1.0, "align2_memory": 1.0, "align8_compute": 1.0, "align8_memory": 1.0}
+GEMM_REGIME_FITS = {  # regime: (free parameters, fixed ones)
+    "align2": (GEMM_ODD_FREE, {"tile_m": 64, "tile_n": 64, "align2_compute": 1.0}),
+    "align8": (("compute_efficiency", "memory_efficiency", "launch_s", "corner", "skinny_misaligned_memory",
+                "gemv_misaligned_memory", "split_k_ratio", "k_element_s"),  # (few measured: fewer)
+               {"tile_m": 64, "tile_n": 64, **_NO_CLASS_FACTORS}),
+    "align2_tiled": (GEMM_TILED_FREE, {}),
+    "align8_tiled": (GEMM_TILED_FREE, {}),
+}
+CLASS_FREE = ("align8_compute", "align8_memory", "skinny_misaligned_memory")  # (of 4-8-byte strides)
+GEMM_REFINES = {"align2_tiled": "align2", "align8_tiled": "align8", "align8": ""}  # in fallback order
+GEMM_FORMATS = (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",))  # one fit each
+REGIME_MIN_RECORDS = 20
 
 
 def _regime(rec, sms: int) -> str | None:
     """The kernel regime the timing rules price a record's op in: an attention regime of
-    its backend, "align2" for a GEMM with element-aligned strides, else "" (None when the
+    its backend, a GEMM's stride regime (rules.GEMM_REGIMES), else "" (None when the
     record cannot be predicted)."""
     try:
         op = to_op(rec)
@@ -140,7 +161,7 @@ def _regime(rec, sms: int) -> str | None:
     if isinstance(op, Attention):
         return next(name for name, mask in attention_regimes(op, sms) if mask.any())
     if isinstance(op, Gemm):
-        return "align2" if gemm_regime_mask(op, "align2") else ""
+        return next((name for name, _, _ in GEMM_REGIMES if gemm_regime_mask(op, name)), "")
     return ""
 
 
@@ -148,6 +169,14 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     recs = meas.records
     seen = lambda op, f: sorted({f(r) for r in recs if r["op"] == op})  # noqa: E731
     regimes = {id(r): _regime(r, spec.chip.sm_count) for r in recs if r["op"] in ("gemm", "attention")}
+    classed = set()  # GEMMs with 4-8-byte strides left to their format's main fit
+    for dts in GEMM_FORMATS:  # a regime measured too little is fitted with the one it refines
+        for name, coarse in GEMM_REFINES.items():
+            ids = [id(r) for r in recs if r["op"] == "gemm" and r.get("dtype", "bf16") in dts
+                   and regimes.get(id(r)) == name]
+            if len(ids) < REGIME_MIN_RECORDS:
+                regimes.update(dict.fromkeys(ids, coarse))
+                classed.update(ids if coarse == "" else ())
     regime = lambda r: regimes.get(id(r)) or ""  # noqa: E731
     out = [
         Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
@@ -163,7 +192,7 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     gemm_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align8_compute", "align8_memory", "skinny_misaligned_memory", "split_k_ratio",
                  "k_element_s", "split_k_s", "memory_latency_s", "memory_latency_bytes")
-    for dts in (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",)):
+    for dts in GEMM_FORMATS:
         present = [d for d in dts if d in seen("gemm", lambda r: r.get("dtype", "bf16"))]
         if not present:
             continue
@@ -174,20 +203,26 @@ def _groups(meas: Measurements, spec) -> list[Group]:
         own = gemm_free[:5] + ("split_k_ratio", "memory_latency_s")
         if "fp32" in dts:
             own = tuple(f for f in own if f not in ("memory_efficiency", "memory_latency_s"))
+        # the 4-8-byte class factors, where such GEMMs are left to this fit (else their
+        # own regime's parameters price them, and the factors keep their defaults)
+        if any(id(r) in classed for r in recs if r["op"] == "gemm" and r.get("dtype", "bf16") in dts):
+            free = gemm_free if first else own + CLASS_FREE
+        else:
+            free = tuple(f for f in (gemm_free if first else own) if f not in CLASS_FREE)
         out.append(Group(f"gemm/{'+'.join(present)}", "gemm", present[0],
                          lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
-                         and regime(r) != "align2",
-                         gemm_free if first else own
-                         + (("align8_compute", "align8_memory") if "tf32" in dts else ()),
+                         and regime(r) == "", free,
                          fixed={"tile_m": 64, "tile_n": 128},
                          also=tuple(("gemm", d) for d in present[1:]),
                          inherit=None if first else ("gemm", "bf16")))
-        if first:  # element-aligned strides: other kernels, fitted on their own
-            out.append(Group(f"gemm/{'+'.join(present)}:align2", "gemm", f"{present[0]}:align2",
-                             lambda r, dts=dts: r["op"] == "gemm" and r.get("dtype", "bf16") in dts
-                             and regime(r) == "align2", GEMM_ODD_FREE,
-                             fixed={"tile_m": 64, "tile_n": 64, "align2_compute": 1.0},
-                             also=tuple(("gemm", f"{d}:align2") for d in present[1:])))
+        # strides under 16 bytes: other kernels, fitted on their own (the regimes are
+        # rules.GEMM_REGIMES: skinny and tiled, element-aligned and 4-8-byte strides)
+        for name, (free, fixed) in GEMM_REGIME_FITS.items():
+            if any(r["op"] == "gemm" and r.get("dtype", "bf16") in dts and regime(r) == name for r in recs):
+                out.append(Group(f"gemm/{'+'.join(present)}:{name}", "gemm", f"{present[0]}:{name}",
+                                 lambda r, dts=dts, name=name: r["op"] == "gemm"
+                                 and r.get("dtype", "bf16") in dts and regime(r) == name, free, fixed=fixed,
+                                 also=tuple(("gemm", f"{d}:{name}") for d in present[1:])))
     attention_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
                       "seq_overhead", "critical_path", "walk_dim", "block_s", "unsplit_memory_efficiency",
                       "causal_overhead", "softmax_overlap", "vector_efficiency")

@@ -49,6 +49,11 @@ class KernelParams(BaseModel):
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"))
+    element_load_rate: float = Field(0.0, ge=0, description=(
+        "GEMM, element-aligned kernels (profile key '<dtype>:align2_tiled'): operand "
+        "elements one SM loads per second, one element per load (CUTLASS align1 kernels)"))
+    cta_share: float = Field(1.0, gt=0, le=1.0, description=(
+        "GEMM, element-aligned kernels: fraction of an SM's rate a lone thread block reaches"))
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
         "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"))

@@ -517,6 +517,45 @@ def focus2_suite(seed=9091):
     return cases
 
 
+def _off_eight(x, rng):
+    """x moved to a multiple of 2 or 4 that is not one of 8 (a 4- or 8-byte row stride
+    in a 16-bit format)."""
+    return x // 8 * 8 + rng.choice((2, 4, 6))
+
+
+def focus3_suite(seed=6173):
+    """Calibration cases for GEMMs whose row strides are under 16 bytes, which cuBLAS runs
+    on older CUTLASS kernels loading one or two elements at a time: 16-bit GEMMs with 4-
+    or 8-byte strides (short k against wide outputs among them), element-aligned ones,
+    tf32 ones with odd sizes, and skinny ones of 2 to 8 rows. Its seed is used by no
+    other suite."""
+    rng = random.Random(seed)
+    cases = []
+
+    def add(c, until):
+        if sum(x["op"] == "gemm" for x in cases) < until and _gemm_fits(c):
+            cases.append(c)
+
+    while sum(c["op"] == "gemm" for c in cases) < 160:  # 4- or 8-byte strides
+        m = _log_uniform(rng, 9, 16384)
+        n = _log_uniform(rng, 32, 32768)
+        k = _log_uniform(rng, 32, 256) if rng.random() < 0.3 else _log_uniform(rng, 32, 32768)
+        which = rng.random()
+        n = _off_eight(n, rng) if which >= 0.4 else max(n // 8 * 8, 8)
+        k = _off_eight(k, rng) if which < 0.7 else max(k // 8 * 8, 8)
+        add(gemm(m, n, k, rng.choice(("bf16", "bf16", "fp16"))), 160)
+    while sum(c["op"] == "gemm" for c in cases) < 260:  # element-aligned strides
+        add(_misaligned_gemm(rng, _log_uniform(rng, 9, 16384), ("bf16", "bf16", "fp16")), 260)
+    while sum(c["op"] == "gemm" for c in cases) < 320:  # tf32, odd sizes
+        add(_misaligned_gemm(rng, _log_uniform(rng, 9, 16384), ("tf32",)), 320)
+    while sum(c["op"] == "gemm" for c in cases) < 380:  # skinny
+        c = _misaligned_gemm(rng, rng.randint(2, 8), ("bf16", "bf16", "fp16"))
+        if rng.random() < 0.5:
+            c = gemm(c["m"], _off_eight(c["n"], rng), _off_eight(c["k"], rng), c["dtype"])
+        add(c, 380)
+    return cases
+
+
 def tokens_suite(seed=7919):
     """Calibration cases at token counts that are not round, as prefills of real
     prompts give: GEMMs with any m against layer-sized (aligned) n and k, causal
@@ -588,6 +627,9 @@ _SUITES = {
     "layers5": lambda: _random_layers(random.Random(6931), 80),
     "holdout9": lambda: holdout_suite(seed=17320),
     "layers6": lambda: _random_layers(random.Random(2236), 80),
+    "focus3": focus3_suite,
+    "holdout10": lambda: holdout_suite(seed=44721),
+    "layers7": lambda: _random_layers(random.Random(7071), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
