@@ -4,22 +4,21 @@
 #                     and decoder-layers.jsonl (whole layers of five model shapes: they fit
 #                     one parameter, what a GEMM that is not compute-bound costs after
 #                     other kernels; every other parameter comes from single kernels)
-#   held out:         holdout.jsonl .. holdout8.jsonl (random shapes of every op from seeds
-#                     the calibration suites never use) and random-layers.jsonl ..
-#                     random-layers5.jsonl (decoder layers of random widths and lengths);
-#                     the model was developed looking at these. holdout9.jsonl and
-#                     random-layers6.jsonl were measured after its last change and are
-#                     reported on their own (last command).
+#   held out:         holdout.jsonl .. holdout10.jsonl (random shapes of every op from
+#                     seeds the calibration suites never use) and random-layers.jsonl ..
+#                     random-layers7.jsonl (decoder layers of random widths and lengths);
+#                     the model was developed looking at these. holdout11.jsonl (whose
+#                     GEMMs include fp32) and random-layers8.jsonl were measured with the
+#                     calibration suite focus4 and looked at once, after the model's last
+#                     change; they are reported on their own (last command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
 rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl "$d"/decoder-layers.jsonl \
   --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
-held=("$d"/holdout.jsonl "$d"/holdout2.jsonl "$d"/holdout3.jsonl "$d"/holdout4.jsonl "$d"/holdout5.jsonl
-      "$d"/holdout6.jsonl "$d"/holdout7.jsonl "$d"/holdout8.jsonl "$d"/random-layers.jsonl
-      "$d"/random-layers2.jsonl "$d"/random-layers3.jsonl "$d"/random-layers4.jsonl
-      "$d"/random-layers5.jsonl)
+held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-layers.jsonl
+      "$d"/random-layers{2,3,4,5,6,7}.jsonl)
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 5
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by mode
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by backend
-rooflinesim validate "$d"/holdout9.jsonl "$d"/random-layers6.jsonl --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/holdout11.jsonl "$d"/random-layers8.jsonl --gpu h200-sxm --worst 5 --by mode

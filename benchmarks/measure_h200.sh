@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -122,6 +122,11 @@ focus3)
   # with 80 more random decoder layers (new seeds) for the model fitted with them
   calib_with_held_out calib-focus3.jsonl focus3 holdout10 layers7 random-layers7.jsonl
   ;;
+focus4)
+  # calibration cases for fp32 GEMMs (with and without TF32) and small misaligned ones,
+  # and an eleventh held-out set, whose GEMMs include fp32, with 80 more decoder layers
+  calib_with_held_out calib-focus4.jsonl focus4 holdout11 layers8 random-layers8.jsonl
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -143,6 +148,7 @@ case $phase in
   final4) keep_only holdout9.jsonl random-layers6.jsonl ;;
   collectives3) keep_only calib-collectives3.jsonl ;;
   focus3) keep_only calib-focus3.jsonl holdout10.jsonl random-layers7.jsonl ;;
+  focus4) keep_only calib-focus4.jsonl holdout11.jsonl random-layers8.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

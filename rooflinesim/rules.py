@@ -3,6 +3,8 @@ dependent losses (tile padding, k fill, wave quantization, misalignment) it suff
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .dtypes import bytes_per_element
@@ -21,17 +23,20 @@ ROW_DOUBLE_WIDTH = 0.25  # width in log bytes of the norms' step to a doubled ro
 # (profile key suffix, stride bytes from, to); the first regime whose parameters a profile
 # has takes a point. The "_tiled" regimes hold the GEMMs above SKINNY_ROWS rows, priced as
 # the fastest of a few tile configurations (_tiled_gemm_time)
-GEMM_REGIMES = (("align2_tiled", 0, 4), ("align2", 0, 4), ("align8_tiled", 4, 16), ("align8", 4, 16))
+# "simt_tiled" holds the fp32 GEMMs (no TF32) above SKINNY_ROWS rows, whatever their
+# strides: CUDA-core kernels, priced the same way
+GEMM_REGIMES = (("simt_tiled", 0, math.inf), ("align2_tiled", 0, 4), ("align2", 0, 4), ("align8_tiled", 4, 16),
+                ("align8", 4, 16))
+SIMT_DTYPES = ("fp32",)  # GEMM formats whose math runs on the CUDA cores
 SKINNY_ROWS = 8  # GEMMs of at most this many rows run skinny (GEMV-style) kernels
 # the output tiles of the kernels cuBLAS runs for such GEMMs (kernel names of H200
 # measurements): CUTLASS sm75 tensor-op kernels loading one element at a time for
-# element-aligned strides, sm80 tensor-op and WMMA kernels loading two for 4-8-byte ones
-TILED_TILES = {"align2_tiled": ((64, 64), (128, 128), (256, 128)),
+# element-aligned strides, sm80 tensor-op and WMMA kernels loading two for 4-8-byte ones,
+# sm80 SIMT kernels for fp32
+TILED_TILES = {"simt_tiled": ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64)),
+               "align2_tiled": ((64, 64), (128, 128), (256, 128)),
                "align8_tiled": ((32, 32), (64, 64), (128, 128), (256, 128))}
 TILED_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # k splits (2 or more: a reduction kernel follows)
-# per regime, (tile_m, tile_n, k splits) of every configuration, tiles outer
-_TILED_CANDIDATES = {name: tuple(np.array(c, dtype=float) for c in zip(*(
-    (tm, tn, s) for tm, tn in tiles for s in TILED_SPLITS))) for name, tiles in TILED_TILES.items()}
 VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 # formats with no fitted parameters of their own take those of the nearest measured one:
 # w8a8 int8 runs like fp8 (same width, same tensor-core rate on Hopper), w4a16 dequantizes
@@ -156,6 +161,8 @@ def gemm_regime_mask(op: Gemm, name: str, a=None):
     lo, hi = next((lo, hi) for n, lo, hi in GEMM_REGIMES if n == name)
     a = gemm_alignment(op) if a is None else a
     mask = (a >= lo) & (a < hi)
+    if name == "simt_tiled":
+        mask = mask & (op.dtype in SIMT_DTYPES)
     if name.endswith("_tiled"):
         mask = mask & (np.asarray(op.m) > SKINNY_ROWS)
     return mask
@@ -171,7 +178,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     # the alignment factors
     a = gemm_alignment(op)
     regimes, taken = [], None
-    for name, _, _ in GEMM_REGIMES if not _aligned(a) else ():  # (else: the common case)
+    for name, _, _ in GEMM_REGIMES if op.dtype in SIMT_DTYPES or not _aligned(a) else ():  # (else: the common case)
         q = profile.find("gemm", *(f"{k}:{name}" for k in keys))
         if q is None:
             continue
@@ -256,32 +263,57 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     equals) is kept."""
     m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
     shape = np.broadcast_shapes(m.shape, n.shape, k.shape, np.shape(op.batch))
-    tm, tn, s = (c.reshape(-1, *(1,) * len(shape)) for c in _TILED_CANDIDATES[regime])
+    lead = (1,) * len(shape)
+    tiles_mn = np.array(TILED_TILES[regime], dtype=float)
+    splits = np.array(TILED_SPLITS, dtype=float)
     sms = spec.chip.sm_count
     work = op.work()
     peak = spec.peak(op.math_rate) * p.compute_efficiency
-    load = (tm + tn) / (2.0 * tm * tn * p.element_load_rate) if p.element_load_rate else 0.0
-    rate = 1.0 / (sms / peak + load)  # FLOP/s of one SM
-    tiles = op.batch * np.ceil(m / tm) * np.ceil(n / tn)
-    block = 2.0 * tm * tn * (np.ceil(k / s) + p.k_overhead) / rate  # one block, an SM to itself
-    compute = block * np.maximum(np.ceil(tiles * s / sms), 1.0 / p.cta_share)
-    split = s > 1
-    hbm_bytes = work.hbm_bytes + np.where(split, 8.0 * s * op.batch * m * n, 0.0)  # fp32 partials out and back
-    kernels = np.where(split, 2.0, 1.0)
-    extra = np.where(split, p.split_k_s, 0.0)
     bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
-    latency = kernels * p.launch_s + extra + corner([compute, hbm_bytes / bw], p.corner)
-    best = np.argmin(latency, axis=0)[None]
 
-    def chosen(x):
-        return np.take_along_axis(np.broadcast_to(x, latency.shape), best, axis=0)[0]
+    def price(tm, tn, s):
+        """(compute s, HBM bytes, kernels, fixed extra s) of tile tm x tn with k in s parts."""
+        load = (tm + tn) / (2.0 * tm * tn * p.element_load_rate) if p.element_load_rate else 0.0
+        rate = 1.0 / (sms / peak + load)  # FLOP/s of one SM
+        tiles = op.batch * np.ceil(m / tm) * np.ceil(n / tn)
+        block = 2.0 * tm * tn / rate * (np.ceil(k / s) + p.k_overhead)  # one block, an SM to itself
+        compute = block * np.maximum(np.ceil(tiles * s / sms), 1.0 / p.cta_share)
+        split = s > 1
+        hbm_bytes = work.hbm_bytes + np.where(split, 8.0 * s * op.batch * m * n, 0.0)  # fp32 partials out and back
+        return compute, hbm_bytes, np.where(split, 2.0, 1.0), np.where(split, p.split_k_s, 0.0)
 
-    compute, hbm_bytes, kernels, extra = (chosen(x) for x in (compute, hbm_bytes, kernels, extra))
-    losses = {"tile_m": chosen(tm), "tile_n": chosen(tn), "k_splits": chosen(s), "split_k_kernels": kernels}
+    # every configuration along two leading axes, [tile, split, *shape]; the fastest kept
+    compute, hbm_bytes, kernels, extra = price(tiles_mn[:, 0].reshape(-1, 1, *lead),
+                                               tiles_mn[:, 1].reshape(-1, 1, *lead), splits.reshape(1, -1, *lead))
+    latency = _fastest_latency(kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
+    best = np.argmin(latency.reshape(-1, *shape), axis=0)
+    tm, tn = tiles_mn[best // len(splits)].T
+    s = splits[best % len(splits)]
+    compute, hbm_bytes, kernels, extra = price(tm, tn, s)  # (the chosen one's, point by point)
+    losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak
     t = kernel_time(work, spec, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
                     losses=losses, kernels=kernels)
     return _with_fixed(t, extra) if p.split_k_s else t
+
+
+def _fastest_latency(fixed, compute, hbm, p):
+    """fixed + corner(compute, hbm) of every configuration (broadcast together), exact
+    where a configuration can be the fastest and infinite where it cannot: the p-norm of
+    two terms lies between their max and 2^(1/p) times it, so a configuration whose
+    lower bound exceeds another's upper bound is never priced (the costly powers run on
+    the few close to the best)."""
+    top = np.maximum(compute, hbm)
+    low = fixed + top
+    if p is None:
+        return low
+    high = (fixed + top * (2.0 ** (1.0 / p) * (1.0 + 1e-9))).min(axis=(0, 1))  # (the margin covers rounding)
+    keep = np.nonzero(low <= high)
+    out = np.full(low.shape, np.inf)
+    # (the survivors' values, gathered from each array's own, broadcast, shape)
+    fixed, compute, hbm = (x[tuple(i if d > 1 else 0 for i, d in zip(keep, x.shape))] for x in (fixed, compute, hbm))
+    out[keep] = fixed + corner([compute, hbm], p)
+    return out
 
 
 def _k_step_bytes(op: Gemm) -> float:

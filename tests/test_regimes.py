@@ -291,3 +291,15 @@ def test_tiled_gemms_mixed_with_others_price_as_alone():
     many = predict(Gemm(m=m, n=n, k=k), H200, TILED).latency_s
     one = [predict(Gemm(m=int(a), n=int(b), k=int(c)), H200, TILED).latency_s for a, b, c in zip(m, n, k)]
     np.testing.assert_allclose(many, one, rtol=1e-12)
+
+
+def test_fp32_gemms_run_cuda_core_tiles_whatever_their_strides():
+    simt = Profile(kind="fitted", kernels={"gemm": {
+        "fp32": KernelParams(compute_efficiency=0.8, memory_efficiency=0.9, launch_s=2e-6, corner=3.0),
+        "fp32:simt_tiled": KernelParams(compute_efficiency=0.9, element_load_rate=1.3e10, cta_share=0.7,
+                                        k_overhead=30.0, launch_s=2e-6, memory_efficiency=0.6, corner=20.0)}})
+    for n in (4096, 4097):  # 16-byte and 4-byte strides
+        t = predict(Gemm(m=2048, n=n, k=2048, dtype="fp32"), H200, simt)
+        assert t.losses["tile_m"] in (32, 64, 128, 256)
+    assert "tile_m" not in predict(Gemm(m=8, n=4096, k=2048, dtype="fp32"), H200, simt).losses
+    assert "tile_m" not in predict(Gemm(m=2048, n=4096, k=2048, dtype="tf32"), H200, simt).losses

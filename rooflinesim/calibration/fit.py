@@ -143,9 +143,10 @@ GEMM_REGIME_FITS = {  # regime: (free parameters, fixed ones)
                {"tile_m": 64, "tile_n": 64, **_NO_CLASS_FACTORS}),
     "align2_tiled": (GEMM_TILED_FREE, {}),
     "align8_tiled": (GEMM_TILED_FREE, {}),
+    "simt_tiled": (GEMM_TILED_FREE, {}),
 }
 CLASS_FREE = ("align8_compute", "align8_memory", "skinny_misaligned_memory")  # (of 4-8-byte strides)
-GEMM_REFINES = {"align2_tiled": "align2", "align8_tiled": "align8", "align8": ""}  # in fallback order
+GEMM_REFINES = {"simt_tiled": "", "align2_tiled": "align2", "align8_tiled": "align8", "align8": ""}  # in order
 GEMM_FORMATS = (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",))  # one fit each
 REGIME_MIN_RECORDS = 20
 
@@ -198,11 +199,8 @@ def _groups(meas: Measurements, spec) -> list[Group]:
             continue
         # 16-bit formats run the same kernels: one fit serves both; the other formats,
         # with fewer odd shapes measured, take the alignment and k-loop losses from it
-        # (fp32's dozen SIMT GEMMs, all compute-bound, leave it the memory terms too)
         first = len(dts) > 1
         own = gemm_free[:5] + ("split_k_ratio", "memory_latency_s")
-        if "fp32" in dts:
-            own = tuple(f for f in own if f not in ("memory_efficiency", "memory_latency_s"))
         # the 4-8-byte class factors, where such GEMMs are left to this fit (else their
         # own regime's parameters price them, and the factors keep their defaults)
         if any(id(r) in classed for r in recs if r["op"] == "gemm" and r.get("dtype", "bf16") in dts):

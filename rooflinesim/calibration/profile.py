@@ -50,10 +50,11 @@ class KernelParams(BaseModel):
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"))
     element_load_rate: float = Field(0.0, ge=0, description=(
-        "GEMM, element-aligned kernels (profile key '<dtype>:align2_tiled'): operand "
-        "elements one SM loads per second, one element per load (CUTLASS align1 kernels)"))
+        "GEMM, tiled regimes (profile keys '<dtype>:align2_tiled', ':align8_tiled', "
+        "':simt_tiled'): operand elements one SM loads per second through the narrow loads "
+        "of the kernels cuBLAS runs for strides under 16 bytes (0: no load term)"))
     cta_share: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM, element-aligned kernels: fraction of an SM's rate a lone thread block reaches"))
+        "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"))
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
         "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"))

@@ -160,8 +160,23 @@ def _round_dim(x, mult):
     return x if x < mult else max(mult, int(round(x / mult)) * mult)
 
 
-def gemm_random_cases(count=250, seed=20240601):
-    """Seeded random GEMMs: m log-uniform in [1, 16384], n and k in [32, 32768]."""
+GEMM_DTYPE_MIX = (("bf16", 0.70), ("fp16", 0.10), ("fp8", 0.15), ("tf32", 0.05))
+# later held-out sets: fp32 without TF32 too (the first ten sets have none)
+GEMM_DTYPE_MIX_FP32 = (("bf16", 0.60), ("fp16", 0.10), ("fp8", 0.15), ("tf32", 0.075), ("fp32", 0.075))
+
+
+def _pick(rng, mix):
+    r, acc = rng.random(), 0.0
+    for value, share in mix:
+        acc += share
+        if r < acc:
+            return value
+    return mix[-1][0]
+
+
+def gemm_random_cases(count=250, seed=20240601, dtypes=GEMM_DTYPE_MIX):
+    """Seeded random GEMMs: m log-uniform in [1, 16384], n and k in [32, 32768]; the
+    dtype drawn from ``dtypes`` ((dtype, share) pairs)."""
     rng = random.Random(seed)
     cases = []
     while len(cases) < count:
@@ -171,8 +186,7 @@ def gemm_random_cases(count=250, seed=20240601):
         r = rng.random()
         mult = 64 if r < 0.4 else 8 if r < 0.7 else 1
         m, n, k = (_round_dim(x, mult) for x in (m, n, k))
-        r = rng.random()
-        dt = "bf16" if r < 0.70 else "fp16" if r < 0.80 else "fp8" if r < 0.95 else "tf32"
+        dt = _pick(rng, dtypes)
         if dt == "fp8":  # torch._scaled_mm needs k and n divisible by 16
             n, k = (-(-x // 16) * 16 for x in (n, k))
         c = gemm(m, n, k, dt)
@@ -370,11 +384,11 @@ def _random_layers(rng, count):
     return cases
 
 
-def holdout_suite(seed=31337):
+def holdout_suite(seed=31337, gemm_dtypes=GEMM_DTYPE_MIX):
     """Random shapes of every op from seeds the calibration suites never use: the
     measurements a fitted profile is validated on, never fitted to."""
     rng = random.Random(seed)
-    cases = gemm_random_cases(count=120, seed=seed + 1)
+    cases = gemm_random_cases(count=120, seed=seed + 1, dtypes=gemm_dtypes)
     cases += attention_random_cases(count=90, seed=seed + 2)
     while sum(c["op"] == "moe" for c in cases) < 24:
         hd = rng.choice((1024, 2048, 2560, 3072, 4096, 5120, 6144))
@@ -556,6 +570,22 @@ def focus3_suite(seed=6173):
     return cases
 
 
+def focus4_suite(seed=2503):
+    """Calibration cases for the formats and sizes the other suites sample thinly: fp32
+    GEMMs without TF32 (CUDA-core kernels) and with it, of random shapes and strides, and
+    small GEMMs with misaligned strides (16-bit formats, 9 to 128 rows, short n and k).
+    Its seed is used by no other suite."""
+    rng = random.Random(seed)
+    cases = [c for c in gemm_random_cases(count=170, seed=seed + 1, dtypes=(("fp32", 1.0),))]
+    cases += gemm_random_cases(count=100, seed=seed + 2, dtypes=(("tf32", 1.0),))
+    while len(cases) < 340:
+        m, n, k = _log_uniform(rng, 9, 128), _log_uniform(rng, 32, 512), _log_uniform(rng, 32, 512)
+        c = gemm(m, _misaligned(n, rng), k, rng.choice(("bf16", "bf16", "fp16"))) if rng.random() < 0.5 \
+            else gemm(m, n, _misaligned(k, rng), rng.choice(("bf16", "bf16", "fp16")))
+        cases.append(c)
+    return cases
+
+
 def tokens_suite(seed=7919):
     """Calibration cases at token counts that are not round, as prefills of real
     prompts give: GEMMs with any m against layer-sized (aligned) n and k, causal
@@ -630,6 +660,9 @@ _SUITES = {
     "focus3": focus3_suite,
     "holdout10": lambda: holdout_suite(seed=44721),
     "layers7": lambda: _random_layers(random.Random(7071), 80),
+    "focus4": focus4_suite,
+    "holdout11": lambda: holdout_suite(seed=52361, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "layers8": lambda: _random_layers(random.Random(3162), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
