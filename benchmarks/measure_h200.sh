@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -127,6 +127,11 @@ focus4)
   # and an eleventh held-out set, whose GEMMs include fp32, with 80 more decoder layers
   calib_with_held_out calib-focus4.jsonl focus4 holdout11 layers8 random-layers8.jsonl
   ;;
+final5)
+  # a twelfth held-out set and 80 more random decoder layers (new seeds), measured for the
+  # model that holdout11 evaluated, unchanged: a second untouched round of it
+  held_out_with_layers holdout12 layers9 random-layers9.jsonl
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -149,6 +154,7 @@ case $phase in
   collectives3) keep_only calib-collectives3.jsonl ;;
   focus3) keep_only calib-focus3.jsonl holdout10.jsonl random-layers7.jsonl ;;
   focus4) keep_only calib-focus4.jsonl holdout11.jsonl random-layers8.jsonl ;;
+  final5) keep_only holdout12.jsonl random-layers9.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

@@ -21,10 +21,9 @@ ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
 ROW_DOUBLE_WIDTH = 0.25  # width in log bytes of the norms' step to a doubled row pass
 # (profile key suffix, stride bytes from, to); the first regime whose parameters a profile
-# has takes a point. The "_tiled" regimes hold the GEMMs above SKINNY_ROWS rows, priced as
-# the fastest of a few tile configurations (_tiled_gemm_time)
-# "simt_tiled" holds the fp32 GEMMs (no TF32) above SKINNY_ROWS rows, whatever their
-# strides: CUDA-core kernels, priced the same way
+# has takes a point. The "_tiled" regimes hold GEMMs above SKINNY_ROWS rows, priced as the
+# fastest of a few tile configurations (_tiled_gemm_time): "simt_tiled" the fp32 ones (no
+# TF32: CUDA-core kernels) whatever their strides, the others those of their stride class
 GEMM_REGIMES = (("simt_tiled", 0, math.inf), ("align2_tiled", 0, 4), ("align2", 0, 4), ("align8_tiled", 4, 16),
                 ("align8", 4, 16))
 SIMT_DTYPES = ("fp32",)  # GEMM formats whose math runs on the CUDA cores
@@ -250,8 +249,8 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
 
 
 def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
-    """GEMMs of ``regime`` (row strides under 16 bytes, above SKINNY_ROWS rows): the library
-    runs one of a few configurations (a tile of TILED_TILES[regime], the k split in one of
+    """GEMMs of a tiled ``regime`` (above SKINNY_ROWS rows: row strides under 16 bytes, or
+    fp32 math on the CUDA cores): the library runs one of a few configurations (a tile of TILED_TILES[regime], the k split in one of
     TILED_SPLITS parts), modelled as the fastest of them by the same physics. A thread
     block walks its share of k in steps that each load tile_m + tile_n operand elements
     through narrow loads (``element_load_rate`` elements per second per SM) and issue
@@ -259,7 +258,7 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     peak): larger tiles load fewer elements per FLOP. An SM runs its blocks at that rate,
     a lone block at ``cta_share`` of it; blocks fill the SMs in whole waves. A split k
     writes and reads back fp32 partial tiles and adds a reduction kernel. Every
-    configuration is priced at once, along a leading axis; the fastest (the first of
+    configuration is priced at once, along two leading axes; the fastest (the first of
     equals) is kept."""
     m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
     shape = np.broadcast_shapes(m.shape, n.shape, k.shape, np.shape(op.batch))

@@ -663,6 +663,8 @@ _SUITES = {
     "focus4": focus4_suite,
     "holdout11": lambda: holdout_suite(seed=52361, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers8": lambda: _random_layers(random.Random(3162), 80),
+    "holdout12": lambda: holdout_suite(seed=61803, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "layers9": lambda: _random_layers(random.Random(4142), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
