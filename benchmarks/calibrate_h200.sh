@@ -7,10 +7,11 @@
 #   held out:         holdout.jsonl .. holdout10.jsonl (random shapes of every op from
 #                     seeds the calibration suites never use) and random-layers.jsonl ..
 #                     random-layers7.jsonl (decoder layers of random widths and lengths);
-#                     the model was developed looking at these. holdout11.jsonl (whose
-#                     GEMMs include fp32) and random-layers8.jsonl were measured with the
-#                     calibration suite focus4 and looked at once, after the model's last
-#                     change; they are reported on their own (last command).
+#                     the model was developed looking at these. holdout11.jsonl and
+#                     holdout12.jsonl (whose GEMMs include fp32), with random-layers8.jsonl
+#                     and random-layers9.jsonl, were measured after the model's last change,
+#                     in two rounds, and looked at once each; they are reported on their
+#                     own (last command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
@@ -21,4 +22,4 @@ held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-laye
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 5
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by mode
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by backend
-rooflinesim validate "$d"/holdout11.jsonl "$d"/random-layers8.jsonl --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gpu h200-sxm --worst 5 --by mode
