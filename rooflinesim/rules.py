@@ -250,19 +250,19 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
 
 def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     """GEMMs of a tiled ``regime`` (above SKINNY_ROWS rows: row strides under 16 bytes, or
-    fp32 math on the CUDA cores): the library runs one of a few configurations (a tile of TILED_TILES[regime], the k split in one of
-    TILED_SPLITS parts), modelled as the fastest of them by the same physics. A thread
-    block walks its share of k in steps that each load tile_m + tile_n operand elements
-    through narrow loads (``element_load_rate`` elements per second per SM) and issue
-    2 x tile_m x tile_n FLOPs of matrix math (``compute_efficiency`` of the SM's share of
-    peak): larger tiles load fewer elements per FLOP. An SM runs its blocks at that rate,
-    a lone block at ``cta_share`` of it; blocks fill the SMs in whole waves. A split k
-    writes and reads back fp32 partial tiles and adds a reduction kernel. Every
-    configuration is priced at once, along two leading axes; the fastest (the first of
-    equals) is kept."""
+    fp32 math on the CUDA cores): the library runs one of a few configurations (a tile of
+    TILED_TILES[regime], the k split in one of TILED_SPLITS parts), modelled as the
+    fastest of them by the same physics. A thread block walks its share of k in steps
+    that each load tile_m + tile_n operand elements through narrow loads
+    (``element_load_rate`` elements per second per SM) and issue 2 x tile_m x tile_n FLOPs
+    of matrix math (``compute_efficiency`` of the SM's share of peak): larger tiles load
+    fewer elements per FLOP. An SM runs its blocks at that rate, a lone block at
+    ``cta_share`` of it; blocks fill the SMs in whole waves. A split k writes and reads
+    back fp32 partial tiles and adds a reduction kernel. Every configuration is priced
+    at once along two trailing axes, in single precision (it only picks one); the fastest
+    (the first of equals) is then priced in double."""
     m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
     shape = np.broadcast_shapes(m.shape, n.shape, k.shape, np.shape(op.batch))
-    lead = (1,) * len(shape)
     tiles_mn = np.array(TILED_TILES[regime], dtype=float)
     splits = np.array(TILED_SPLITS, dtype=float)
     sms = spec.chip.sm_count
@@ -270,25 +270,29 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     peak = spec.peak(op.math_rate) * p.compute_efficiency
     bw = spec.memory.hbm_bandwidth_bytes_per_s * p.memory_efficiency
 
-    def price(tm, tn, s):
-        """(compute s, HBM bytes, kernels, fixed extra s) of tile tm x tn with k in s parts."""
+    def price(tm, tn, s, m, n, k, batch, hbm_bytes):
+        """(compute s, HBM bytes, kernels, fixed extra s) of tile tm x tn with k in s parts
+        (``hbm_bytes``: the GEMM's own)."""
         load = (tm + tn) / (2.0 * tm * tn * p.element_load_rate) if p.element_load_rate else 0.0
         rate = 1.0 / (sms / peak + load)  # FLOP/s of one SM
-        tiles = op.batch * np.ceil(m / tm) * np.ceil(n / tn)
+        tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         block = 2.0 * tm * tn / rate * (np.ceil(k / s) + p.k_overhead)  # one block, an SM to itself
         compute = block * np.maximum(np.ceil(tiles * s / sms), 1.0 / p.cta_share)
         split = s > 1
-        hbm_bytes = work.hbm_bytes + np.where(split, 8.0 * s * op.batch * m * n, 0.0)  # fp32 partials out and back
+        hbm_bytes = hbm_bytes + np.where(split, 8.0 * s * batch * m * n, 0.0)  # fp32 partials out and back
         return compute, hbm_bytes, np.where(split, 2.0, 1.0), np.where(split, p.split_k_s, 0.0)
 
-    # every configuration along two leading axes, [tile, split, *shape]; the fastest kept
-    compute, hbm_bytes, kernels, extra = price(tiles_mn[:, 0].reshape(-1, 1, *lead),
-                                               tiles_mn[:, 1].reshape(-1, 1, *lead), splits.reshape(1, -1, *lead))
+    # configurations along two trailing axes, [*shape, tile, split]
+    f32, point = np.float32, (Ellipsis, None, None)
+    compute, hbm_bytes, kernels, extra = price(
+        tiles_mn[:, 0].astype(f32)[:, None], tiles_mn[:, 1].astype(f32)[:, None], splits.astype(f32),
+        *(x.astype(f32)[point] for x in (m, n, k)), np.asarray(op.batch, dtype=f32)[point],
+        np.asarray(work.hbm_bytes, dtype=f32)[point])
     latency = _fastest_latency(kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
-    best = np.argmin(latency.reshape(-1, *shape), axis=0)
+    best = np.argmin(latency.reshape(*latency.shape[:-2], -1), axis=-1)
     tm, tn = tiles_mn[best // len(splits)].T
     s = splits[best % len(splits)]
-    compute, hbm_bytes, kernels, extra = price(tm, tn, s)  # (the chosen one's, point by point)
+    compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak
     t = kernel_time(work, spec, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
@@ -297,22 +301,25 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
 
 
 def _fastest_latency(fixed, compute, hbm, p):
-    """fixed + corner(compute, hbm) of every configuration (broadcast together), exact
-    where a configuration can be the fastest and infinite where it cannot: the p-norm of
-    two terms lies between their max and 2^(1/p) times it, so a configuration whose
-    lower bound exceeds another's upper bound is never priced (the costly powers run on
-    the few close to the best)."""
-    top = np.maximum(compute, hbm)
-    low = fixed + top
+    """fixed + corner(compute, hbm) of every configuration (broadcast together, trailing
+    axes [tile, split]), exact where a configuration can be the fastest: the p-norm of two
+    terms is at least their max, so a configuration whose fixed + max exceeds the exact
+    time of the one with the least fixed + max is never the fastest, and keeps that lower
+    bound (the costly powers run on the few close to the best)."""
+    low = fixed + np.maximum(compute, hbm)
     if p is None:
         return low
-    high = (fixed + top * (2.0 ** (1.0 / p) * (1.0 + 1e-9))).min(axis=(0, 1))  # (the margin covers rounding)
-    keep = np.nonzero(low <= high)
-    out = np.full(low.shape, np.inf)
-    # (the survivors' values, gathered from each array's own, broadcast, shape)
-    fixed, compute, hbm = (x[tuple(i if d > 1 else 0 for i, d in zip(keep, x.shape))] for x in (fixed, compute, hbm))
-    out[keep] = fixed + corner([compute, hbm], p)
-    return out
+
+    def exact(at):  # the exact times at indices ``at`` of low (each array indexed in its own shape)
+        x = [np.reshape(x, (1,) * (low.ndim - np.ndim(x)) + np.shape(x)) for x in (fixed, compute, hbm)]
+        x = [v[tuple(i if d > 1 else 0 for i, d in zip(at, v.shape))] for v in x]
+        return x[0] + corner(x[1:], p)
+
+    first = np.argmin(low.reshape(*low.shape[:-2], -1), axis=-1)
+    bound = exact((*np.indices(first.shape), *np.divmod(first, low.shape[-1])))
+    keep = np.nonzero(low <= bound[..., None, None])
+    low[keep] = exact(keep)
+    return low
 
 
 def _k_step_bytes(op: Gemm) -> float:
