@@ -23,9 +23,9 @@ import numpy as np
 
 
 def vectorized_gemm(n: int, profile: str | None, repeats: int = 5, aligned: bool = False) -> float:
-    """GEMM predictions per second over n random shapes (m, n, k uniform: three quarters
-    have a row stride under 16 bytes, which the calibrated profile prices as the fastest of
-    30 to 50 kernel configurations); ``aligned``: n and k rounded up to multiples of 64,
+    """GEMM predictions per second over n random shapes (m, n, k uniform: almost all have
+    a row stride under 16 bytes, which the calibrated profile prices as the fastest of 30
+    to 50 kernel configurations); ``aligned``: n and k rounded up to multiples of 64,
     as a model's layers have them."""
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
