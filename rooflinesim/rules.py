@@ -114,7 +114,7 @@ def _alignment_factors(op, p, a=None):
     if _aligned(a):
         return 1.0, 1.0
     c = _class_factor(a, 1.0, p.align8_compute, p.align2_compute)
-    skinny = np.asarray(op.m) <= 8
+    skinny = np.asarray(op.m) <= SKINNY_ROWS
 
     def memory(align):
         f = _class_factor(align, 1.0, p.align8_memory, p.align2_memory)
@@ -144,7 +144,7 @@ def split_k_kernels(op, p, a=None, tiles=None):
     x = (per_tile - np.log(p.split_k_ratio)) / 0.25
     x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
     if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
-        odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > 8)
+        odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > SKINNY_ROWS)
         x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
     return 1.0 + logistic(x)
 
@@ -235,7 +235,7 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         # the k loop of one output tile runs in series; a split k shares it out
         splits = np.minimum(np.maximum(spec.chip.sm_count / tiles, 1.0), 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
-        slow = np.where(np.asarray(op.m) <= 8, 1.0, fc)
+        slow = np.where(np.asarray(op.m) <= SKINNY_ROWS, 1.0, fc)
         extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
         # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
         extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
