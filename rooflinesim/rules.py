@@ -4,6 +4,7 @@ dependent losses (tile padding, k fill, wave quantization, misalignment) it suff
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -15,7 +16,8 @@ from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
-from .timing import Timing, collective_time, corner, kernel_time, logistic, sum_timings, with_fields
+from .timing import (KernelTerms, PricedTerms, Timing, collective_time, corner, logistic, sum_timings,
+                     with_fields)
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
@@ -167,7 +169,10 @@ def gemm_regime_mask(op: Gemm, name: str, a=None):
     return mask
 
 
-def gemm_rule(op: Gemm, spec, profile) -> Timing:
+def _gemm_choice(op: Gemm, spec, profile):
+    """(parameters, alignment, regimes): the op's own parameters and gemm_alignment, and
+    (mask, time function) for each misaligned or SIMT regime its points fall in (none in
+    the common case)."""
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
     keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
     p = profile.params("gemm", *keys)
@@ -188,15 +193,39 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
         else:
             regimes.append((mask, lambda o, q=q: _gemm_time(o, spec, q)))
         taken = mask if taken is None else taken | mask
-    if not regimes:
-        t = _gemm_time(op, spec, p, a)
-    else:
-        t = by_regime(op, [*regimes, (~taken, lambda o: _gemm_time(o, spec, p))])
+    if regimes:
+        regimes.append((~taken, lambda o: _gemm_time(o, spec, p)))
+    return p, a, regimes
+
+
+def _sequence_s(profile) -> float:
+    """The profile's extra time of a GEMM that is not compute-bound, in a sequence."""
     q = profile.find("sequence", "gemm")
-    if q is not None and q.dependent_s:
+    return q.dependent_s if q is not None else 0.0
+
+
+def gemm_terms(op: Gemm, spec, profile) -> KernelTerms | None:
+    """The terms of a GEMM whose points all take the aligned kernels (None otherwise)."""
+    p, a, regimes = _gemm_choice(op, spec, profile)
+    if regimes:
+        return None
+    return _gemm_terms(op, spec, p, a, sequence_s=_sequence_s(profile))
+
+
+def gemm_rule(op: Gemm, spec, profile) -> Timing:
+    p, a, regimes = _gemm_choice(op, spec, profile)
+    if not regimes:
+        return _priced(_gemm_terms(op, spec, p, a, sequence_s=_sequence_s(profile)), spec)
+    t = by_regime(op, regimes)
+    dependent = _sequence_s(profile)
+    if dependent:
         # (added where the GEMM runs in a sequence: see in_sequence)
-        t.losses["in_sequence_s"] = np.where(np.asarray(t.bound) != "compute", q.dependent_s, 0.0)
+        t.losses["in_sequence_s"] = np.where(np.asarray(t.bound) != "compute", dependent, 0.0)
     return t
+
+
+def _priced(terms: KernelTerms, spec) -> Timing:
+    return PricedTerms([terms], spec).timing(0)
 
 
 def in_sequence(t: Timing) -> Timing:
@@ -209,6 +238,10 @@ def in_sequence(t: Timing) -> Timing:
 
 def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
     """``a``: the op's gemm_alignment, where the caller has it."""
+    return _priced(_gemm_terms(op, spec, p, a), spec)
+
+
+def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
     a = gemm_alignment(op) if a is None else a
     tiles = _tiles64(op)
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
@@ -240,12 +273,10 @@ def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
         # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
         extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
-    t = kernel_time(op.work(), spec, p, compute_scale=scale / fc, memory_scale=memory_scale,
-                    losses=losses, kernels=kernels, extra_s=extra)
-    if p.split_k_s:
-        # a split k also writes fp32 partial tiles and runs the reduction over them
-        return _with_fixed(t, (np.asarray(kernels) - 1.0) * p.split_k_s)
-    return t
+    # a split k also writes fp32 partial tiles and runs the reduction over them
+    fixed = (np.asarray(kernels) - 1.0) * p.split_k_s if p.split_k_s else 0.0
+    return KernelTerms(op.work(), p, compute_scale=scale / fc, memory_scale=memory_scale, losses=losses,
+                       kernels=kernels, extra_s=extra, fixed_s=fixed, sequence_s=sequence_s)
 
 
 def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
@@ -295,9 +326,8 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak
-    t = kernel_time(work, spec, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
-                    losses=losses, kernels=kernels)
-    return _with_fixed(t, extra) if p.split_k_s else t
+    return _priced(KernelTerms(work, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
+                               losses=losses, kernels=kernels, fixed_s=extra if p.split_k_s else 0.0), spec)
 
 
 def _fastest_latency(fixed, compute, hbm, p):
@@ -336,6 +366,10 @@ def _with_fixed(t: Timing, seconds) -> Timing:
 
 
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
+    return _priced(grouped_gemm_terms(op, spec, profile), spec)
+
+
+def grouped_gemm_terms(op: GroupedGemm, spec, profile) -> KernelTerms:
     rate = FORMATS[op.dtype][3]
     _require(spec, rate, f"a {op.dtype} grouped GEMM")
     p = profile.params("grouped_gemm", op.dtype, *FALLBACK.get(op.dtype, ()), "bf16")
@@ -346,7 +380,7 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
         losses["tile_padding"] = pad
     if p.k_overhead:
         scale = scale * (op.k + p.k_overhead) / op.k
-    return kernel_time(op.work(), spec, p, compute_scale=scale, losses=losses)
+    return KernelTerms(op.work(), p, compute_scale=scale, losses=losses)
 
 
 # Kernel regimes of an attention backend: a backend runs a different kernel in some
@@ -408,15 +442,85 @@ def _fa2_causal_split(op: Attention, sms):
     return np.asarray(op.causal) & (np.asarray(op.seq_q) > 1) & (_fa2_split_count(op, sms) > 1)
 
 
-def attention_rule(op: Attention, spec, profile) -> Timing:
+def _attention_choice(op: Attention, spec, profile) -> list:
+    """(mask, parameters) of each kernel regime of the op's backend."""
     _require(spec, op.math_rate, f"{op.dtype} attention")
     # an unmeasured backend (or none named) takes the measured backend of its variant
     keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
-    regimes = []
-    for name, mask in attention_regimes(op, spec.chip.sm_count):
-        p = profile.params("attention", f"{op.backend}:{name}" if name else "", *keys)
-        regimes.append((mask, lambda o, p=p: _attention_time(o, spec, p)))
-    return by_regime(op, regimes)
+    return [(mask, profile.params("attention", f"{op.backend}:{name}" if name else "", *keys))
+            for name, mask in attention_regimes(op, spec.chip.sm_count)]
+
+
+def attention_terms(op: Attention, spec, profile) -> KernelTerms | None:
+    """The terms of an attention op: its points' regimes' parameters per point (None
+    where the regimes split the keys differently)."""
+    present = [(m, p) for m, p in _attention_choice(op, spec, profile) if np.count_nonzero(m)]
+    if len(present) == 1:
+        return _attention_terms(op, spec, present[0][1])
+    if any(p.split_kv != present[0][1].split_kv for _, p in present):
+        return None
+    return _attention_terms(op, spec, params_by_regime(present))
+
+
+def attention_rule(op: Attention, spec, profile) -> Timing:
+    terms = attention_terms(op, spec, profile)
+    if terms is not None:
+        return _priced(terms, spec)
+    return by_regime(op, [(mask, lambda o, p=p: _attention_time(o, spec, p))
+                          for mask, p in _attention_choice(op, spec, profile)])
+
+
+def _on(x) -> bool:
+    """Whether a parameter (a number, or an array of one per point) is set anywhere."""
+    return bool(x) if _plain(x) else bool(np.count_nonzero(x))
+
+
+def _plain(x) -> bool:
+    return type(x) in (float, int, bool) or x is None
+
+
+def params_by_regime(present: list) -> SimpleNamespace:
+    """The parameters of kernel regimes as one set, per point where they differ:
+    ``present`` holds (mask, parameters) with masks that split the points. A hard-max
+    corner is the p-norm of p infinity; an unset softmax_overlap is NaN."""
+    params = tuple(p for _, p in present)
+    which = np.zeros(np.shape(present[0][0]), dtype=np.intp)  # per point: its regime
+    for r, (mask, _) in enumerate(present[1:], 1):
+        which[mask] = r
+    key = (tuple(map(id, params)), which.shape, which.tobytes())
+    found = _REGIME_PARAMS.get(key)
+    if found is None:  # (kept, with the objects: repeated predictions meet the same split)
+        if len(_REGIME_PARAMS) > 256:
+            _REGIME_PARAMS.clear()
+        same, names, table = _regime_table(params)
+        found = _REGIME_PARAMS[key] = (params, SimpleNamespace(**same, **dict(zip(names, table[:, which]))))
+    return found[1]
+
+
+_REGIME_TABLES: dict = {}
+_REGIME_PARAMS: dict = {}
+
+
+def _regime_table(params: tuple) -> tuple:
+    """(the fields all of ``params`` share, the names of the others, their values as a
+    [field, regime] array), kept per tuple of parameter objects (with the objects, so
+    that their ids stay theirs)."""
+    key = tuple(map(id, params))
+    if key not in _REGIME_TABLES:
+        if len(_REGIME_TABLES) > 256:
+            _REGIME_TABLES.clear()
+        first, same, names, rows = params[0], {}, [], []
+        for name, value in first.__dict__.items():
+            values = [getattr(p, name) for p in params]
+            if all(v == value for v in values):
+                same[name] = value
+                continue
+            if name in ("corner", "softmax_overlap"):
+                values = [(np.inf if name == "corner" else np.nan) if v is None else v for v in values]
+            names.append(name)
+            rows.append(values)
+        _REGIME_TABLES[key] = (params, same, tuple(names), np.array(rows, dtype=float).reshape(len(rows), len(params)))
+    return _REGIME_TABLES[key][1:]
 
 
 def attention_regimes(op: Attention, sms: int) -> list:
@@ -433,26 +537,30 @@ def attention_regimes(op: Attention, sms: int) -> list:
 
 
 def _attention_time(op: Attention, spec, p) -> Timing:
+    return _priced(_attention_terms(op, spec, p), spec)
+
+
+def _attention_terms(op: Attention, spec, p) -> KernelTerms:
     scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
     sms = spec.chip.sm_count
     seq_q = np.asarray(op.seq_q)
     rows = op.batch * op.heads * seq_q
     keys_per_query = op.pairs() / rows
     computed = keys_per_query
-    if p.causal_overhead:
+    if _on(p.causal_overhead):
         # diagonal blocks of causal attention are computed whole, then masked: never more
         # keys than the cache holds, rounded up to whole key tiles (a single query row
         # sees every key: nothing to mask)
         cap = np.maximum(np.ceil(np.asarray(op.seq_kv) / KEY_TILE) * KEY_TILE, keys_per_query)
         masked = np.asarray(op.causal) & (seq_q > 1)
         computed = np.where(masked, np.minimum(keys_per_query + p.causal_overhead, cap), keys_per_query)
-    if p.seq_overhead or p.causal_overhead:
+    if _on(p.seq_overhead) or _on(p.causal_overhead):
         # plus each query block's fixed work (loads, softmax rescale, output), in keys
         fill = (computed + p.seq_overhead) / keys_per_query
         scale = scale * fill
         losses["kv_fill"] = fill
     one, group_rows, heads = packed = _packed_rows(op)  # (GQA heads packed in decode)
-    tile = max(p.tile_m, 1)
+    tile = max(p.tile_m, 1) if _plain(p.tile_m) else np.maximum(p.tile_m, 1.0)
     blocks = heads * np.ceil(group_rows / tile)
     short = seq_q <= p.split_kv_max_query
     if p.split_kv == "fa2":
@@ -469,11 +577,13 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         # share out the walk over the keys
         short = short & (np.asarray(op.seq_kv) > p.split_kv_min_keys)
         splits = np.where(short & (blocks < 0.8 * sms), np.minimum(np.maximum(sms / blocks, 1.0), 128.0), 1.0)
-    if p.head_dim_tile > 1:
+    if _on(p.head_dim_tile > 1):
         # the kernel's matrix products run on head dims rounded up to its tile (cuDNN
         # computes a head dim of 96 as 128)
         d = np.asarray(op.head_dim, dtype=float)
         wide = np.ceil(d / p.head_dim_tile) * p.head_dim_tile / d
+        if not _plain(p.head_dim_tile):
+            wide = np.where(p.head_dim_tile > 1, wide, 1.0)
         scale = scale * wide
         losses["head_dim_padding"] = wide
     if np.count_nonzero(tile > 1):
@@ -481,15 +591,17 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         pad = np.ceil(group_rows / tile) * tile / group_rows
         scale = scale * pad
         losses["query_padding"] = pad
-    if p.wave_quantization:
+    if _on(p.wave_quantization):
         eff = _wave_efficiency(blocks * splits, sms)
+        if not _plain(p.wave_quantization):
+            eff = np.where(p.wave_quantization, eff, 1.0)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
-    if p.row_element_s:
+    if _on(p.row_element_s):
         # the critical path: the block of the last queries walks every key (causal or not)
         extra = np.asarray(op.seq_kv) * np.asarray(op.head_dim) * p.row_element_s / splits
         losses["kv_serial_s"] = extra
-    if p.critical_path:
+    if _on(p.critical_path):
         # the block of the last queries walks every key (causal or not) over its whole
         # query tile, at one SM's share of the achievable rate, shared with the other
         # blocks resident on its SM (two at most)
@@ -499,9 +611,9 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
         losses["critical_path_s"] = extra
-    if p.key_block_s or p.block_s:
+    if _on(p.key_block_s) or _on(p.block_s):
         rounds = np.ceil(blocks * splits / (2 * sms))  # of blocks on an SM, two resident at a time
-    if p.key_block_s:
+    if _on(p.key_block_s):
         # the critical path's fixed cost per block of keys (64 keys at head dims up to
         # 64, 128 above), a latency that two blocks resident on an SM hide from each
         # other: paid once per round of two blocks per SM
@@ -509,12 +621,12 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         walk_blocks = np.ceil(np.asarray(op.seq_kv) / splits / per_block)
         extra = extra + walk_blocks * rounds * p.key_block_s
         losses["key_blocks"] = walk_blocks
-    if p.block_s:
+    if _on(p.block_s):
         # each block's own fixed cost (loading its queries, writing its output), paid
         # once per round of blocks on an SM
         extra = extra + rounds * p.block_s
         losses["block_rounds"] = rounds
-    if p.unsplit_memory_efficiency < 1:
+    if _on(p.unsplit_memory_efficiency < 1):
         memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
     # a decode group larger than the tile takes several blocks, each streaming the
     # head's whole KV cache
@@ -523,14 +635,16 @@ def _attention_time(op: Attention, spec, p) -> Timing:
         memory_scale = memory_scale * rereads
         losses["kv_rereads"] = rereads
     kernels = np.where(splits > 1, 2.0, 1.0)  # a split adds its combine (reduction) kernel
-    t = kernel_time(op.work(), spec, p, compute_scale=scale, memory_scale=memory_scale,
-                    overlap_aux=(op.variant == "fa3") if p.softmax_overlap is None else p.softmax_overlap,
-                    losses=losses, extra_s=extra, kernels=kernels)
-    if p.split_kv == "fa2" and p.combine_split_s:
-        combine = _fa2_combine_s(op, splits, group_rows * heads, sms, p.combine_split_s)
-        t.losses["combine_s"] = combine
-        return _with_fixed(t, combine)
-    return t
+    fixed = 0.0
+    if p.split_kv == "fa2" and _on(p.combine_split_s):
+        fixed = losses["combine_s"] = _fa2_combine_s(op, splits, group_rows * heads, sms, p.combine_split_s)
+    overlap = p.softmax_overlap
+    if overlap is None:  # (per point: NaN where the regime leaves it to the variant)
+        overlap = float(op.variant == "fa3")
+    elif not _plain(overlap):
+        overlap = np.where(np.isnan(overlap), float(op.variant == "fa3"), overlap)
+    return KernelTerms(op.work(), p, compute_scale=scale, memory_scale=memory_scale, overlap_aux=overlap,
+                       losses=losses, extra_s=extra, kernels=kernels, fixed_s=fixed)
 
 
 def _fa2_combine_s(op: Attention, splits, rows, sms, per_split_s):
@@ -604,6 +718,10 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
 
 
 def memory_rule(op, spec, profile) -> Timing:
+    return _priced(memory_terms(op, spec, profile), spec)
+
+
+def memory_terms(op, spec, profile) -> KernelTerms:
     key = {Copy: "copy", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
     p = profile.params("memory", key)
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
@@ -626,8 +744,8 @@ def memory_rule(op, spec, profile) -> Timing:
             losses["row_pass"] = double
     if isinstance(op, Norm) and p.row_bandwidth_elements:
         memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
-    t = kernel_time(op.work(), spec, p, memory_scale=memory_scale, extra_s=extra, losses=losses)
-    return _with_fixed(t, extra_launch) if extra_launch is not None and np.count_nonzero(extra_launch) else t
+    fixed = extra_launch if extra_launch is not None and np.count_nonzero(extra_launch) else 0.0
+    return KernelTerms(op.work(), p, memory_scale=memory_scale, extra_s=extra, losses=losses, fixed_s=fixed)
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:
@@ -671,6 +789,25 @@ _RULES = {
     Collective: collective_rule,
     Sequence: sequence_rule,
 }
+
+
+_TERMS = {
+    Gemm: gemm_terms,
+    GroupedGemm: grouped_gemm_terms,
+    Attention: attention_terms,
+    Copy: memory_terms,
+    Elementwise: memory_terms,
+    Norm: memory_terms,
+    Gather: memory_terms,
+    Bookkeeping: memory_terms,
+}
+
+
+def terms_for(op, spec, profile) -> KernelTerms | None:
+    """The roofline terms of ``op`` where one set prices all its points (a kernel of one
+    regime), else None (``predict`` prices it)."""
+    fn = _TERMS.get(type(op))
+    return None if fn is None else fn(op, spec, profile)
 
 
 def rule_for(op):

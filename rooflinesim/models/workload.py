@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from functools import cached_property, lru_cache
-from typing import Any
+from functools import cached_property, lru_cache, partial
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,8 +56,8 @@ from ..ops.collectives import Collective
 from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
-from ..rules import PER_POINT, in_sequence
-from ..timing import Timing, predict, with_fields
+from ..rules import PER_POINT, in_sequence, terms_for
+from ..timing import PricedTerms, Timing, predict, with_fields
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
@@ -67,8 +67,7 @@ __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase
 # ------------------------------------------------------------------------ kernels
 
 
-@dataclass(frozen=True)
-class Kernel:
+class Kernel(NamedTuple):
     """One kernel of a forward pass: an op class and its arguments (numbers, or arrays
     over the points of a phase), how often it runs, and where."""
 
@@ -306,6 +305,21 @@ class _Group:
     numeric: tuple  # the fields stacked over the members' points
     members: tuple  # (phase, kernel) pairs, in stacking order
 
+    def op(self, lists: list[list[Kernel]], ns: tuple, fields: dict | None = None):
+        """The group's op over its members' stacked arguments (of the phases' kernel
+        ``lists``, over ``ns`` points). ``fields``: every field of an op of the group
+        already built and checked; the op is then made from them without the checks
+        (a probe of the plan checked the group, and every size here is a product of
+        checked ones)."""
+        args = _stack([lists[j][i].args for j, i in self.members], [ns[j] for j, _ in self.members],
+                      self.numeric)
+        if fields is None:
+            return self.cls(**self.static, **args)
+        op = object.__new__(self.cls)
+        op.__dict__.update(fields)
+        op.__dict__.update(args)
+        return op
+
 
 @dataclass(frozen=True)
 class _Layout:
@@ -342,9 +356,9 @@ def _row_sums(row_of: np.ndarray, x: np.ndarray, rows: int) -> list:
 
 
 def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
-    """Group the kernels of every phase by class and non-numeric arguments. Attention is
-    not stacked across phases: prefill and decode run different kernels (regimes), and
-    an op of one regime is priced in one pass."""
+    """Group the kernels of every phase by class and non-numeric arguments (kernels of
+    several regimes, such as the prefill and decode kernels of an attention backend, are
+    priced in one pass with their regimes' parameters per point)."""
     found: dict = {}
     for j, kernels in enumerate(lists):
         for i, k in enumerate(kernels):
@@ -353,10 +367,9 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
             static = tuple((f, v) for f, v in _all_args(k.cls, k.args).items()
                            if f != "name" and not _numeric(v))
             numeric = tuple(f for f, v in k.args.items() if _numeric(v))
-            phase = j if k.cls is Attention else None
-            found.setdefault((k.cls, static, phase), (numeric, []))[1].append((j, i))
+            found.setdefault((k.cls, static), (numeric, []))[1].append((j, i))
     return tuple(_Group(cls, dict(static), numeric, tuple(members))
-                 for (cls, static, _), (numeric, members) in found.items())
+                 for (cls, static), (numeric, members) in found.items())
 
 
 class _Plan:
@@ -368,6 +381,10 @@ class _Plan:
         self.sizes = tuple(len(ks) for ks in lists)
         self.layouts = tuple(_layout(ks, sh, d) for ks in lists)
         self.groups = _groups(lists)
+        ns = (1,) * len(lists)
+        # every field of each group's op, built (and checked) once from the probe
+        self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}
+                       for g in self.groups for op in (g.op(lists, ns),)]
         members = [m for g in self.groups for m in g.members]
         self.member_phase = np.array([j for j, _ in members])
         self.member_kernel = np.array([i for _, i in members])
@@ -432,21 +449,42 @@ class _Priced:
 
 
 def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> list[_Priced]:
-    """Time the kernels of each phase (``lists``, over ``ns`` points) with one predict
-    call per group of the plan, the group's numeric arguments stacked into arrays."""
+    """Time the kernels of each phase (``lists``, over ``ns`` points): each group of the
+    plan is one op over its members' stacked numeric arguments; the roofline terms of all
+    of them are priced at once, and ops that have none (collectives, kernels of several
+    regimes) by one predict call each."""
     total = sum(k * n for k, n in zip(plan.sizes, ns))
-    stacked = np.empty((3, total))  # latency, FLOPs and HBM bytes over the groups' points
-    bound = np.empty(total, dtype=object)
-    timings, at = [], 0
-    for g in plan.groups:
-        sizes = [ns[j] for j, _ in g.members]
-        args = _stack([lists[j][i].args for j, i in g.members], sizes, g.numeric)
-        t = in_sequence(predict(g.cls(**g.static, **args), spec, profile))
-        timings.append(t)
-        end = at + sum(sizes)
-        stacked[0, at:end], stacked[1, at:end], stacked[2, at:end] = t.latency_s, t.flops, t.hbm_bytes
-        bound[at:end] = t.bound
-        at = end
+    ops, sizes = [], []
+    for g, f in zip(plan.groups, plan.fields):
+        ops.append(g.op(lists, ns, f))
+        sizes.append(sum(ns[j] for j, _ in g.members))
+    terms = [terms_for(op, spec, profile) for op in ops]
+    batched = [i for i, t in enumerate(terms) if t is not None]
+    batch = (PricedTerms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
+             if batched else None)
+    if len(batched) == len(ops):  # (the points already lie in group order)
+        stacked = np.empty((3, total))
+        stacked[0], stacked[1], stacked[2] = batch.latency_s, batch.flops, batch.hbm_bytes
+        bound = np.asarray(batch.bound, dtype=object)
+        timings = [partial(batch.timing, k) for k in range(len(ops))]
+    else:
+        stacked, bound = np.empty((3, total)), np.empty(total, dtype=object)
+        timings, at, k = [], 0, 0
+        for i, (op, size) in enumerate(zip(ops, sizes)):
+            end = at + size
+            if terms[i] is not None:
+                a, b = batch.offsets[k], batch.offsets[k + 1]
+                for row, x in enumerate((batch.latency_s, batch.flops, batch.hbm_bytes)):
+                    stacked[row, at:end] = x[a:b] if np.ndim(x) else x
+                bound[at:end] = batch.bound[a:b]
+                timings.append(partial(batch.timing, k))
+                k += 1
+            else:
+                t = in_sequence(predict(op, spec, profile))
+                stacked[0, at:end], stacked[1, at:end], stacked[2, at:end] = t.latency_s, t.flops, t.hbm_bytes
+                bound[at:end] = t.bound
+                timings.append(t)
+            at = end
     # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
     # follow the layout of its operands)
     order = plan.sources(ns)
@@ -494,7 +532,8 @@ class OpTime:
 
     @property
     def timing(self) -> Timing:
-        return _slice_timing(*self._source)
+        t, rows = self._source
+        return _slice_timing(t if isinstance(t, Timing) else t(), rows)
 
 
 @dataclass
