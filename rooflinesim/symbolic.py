@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 
+from .trace import Var
+
 
 def _sympy(*args):
     """Return the sympy module if any argument is a sympy object, else None."""
@@ -62,4 +64,6 @@ def smooth_max(a, b, p):
 
 
 def is_symbolic(*args) -> bool:
-    return _sympy(*args) is not None
+    """Whether any argument stands for numbers: a sympy object, or a value recorded on a
+    tape (:mod:`rooflinesim.trace`)."""
+    return _sympy(*args) is not None or any(isinstance(a, Var) for a in args)

@@ -58,6 +58,7 @@ from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
 from ..rules import PER_POINT, in_sequence, terms_for
 from ..timing import PricedTerms, Timing, predict, with_fields
+from ..trace import Tape, Var
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
@@ -264,35 +265,13 @@ def _ends(s: _Shapes) -> list[Kernel]:
 # ------------------------------------------------------------------------ pricing
 
 
-_NUMBERS = (int, float, np.ndarray, np.float64, np.int64)
+_NUMBERS = (int, float, np.ndarray, np.float64, np.int64, Var)
 
 
 def _numeric(v) -> bool:
     if type(v) in _NUMBERS:  # the common cases, fast
         return True
     return isinstance(v, (int, float, np.ndarray, np.number)) and not isinstance(v, bool)
-
-
-def _stack(args: list[dict], sizes: list[int], fields: tuple) -> dict:
-    """The numeric arguments ``fields`` of kernels (their ``args``, numbers or arrays over
-    ``sizes`` points), each concatenated over the kernels into one array."""
-    if max(sizes) > 16:  # (each kernel's values broadcast into its slice of a field's row)
-        block = np.empty((len(fields), sum(sizes)))
-        for row, f in zip(block, fields):
-            at = 0
-            for a, n in zip(args, sizes):
-                row[at:at + n] = a[f]
-                at += n
-        return dict(zip(fields, block))
-    flat: list = []  # few points: Python lists are cheaper than numpy calls
-    for f in fields:
-        for a, n in zip(args, sizes):
-            v = a[f]
-            if isinstance(v, np.ndarray) and v.ndim:
-                flat += v.tolist() if v.size == n else [v.item()] * n
-            else:
-                flat += [v] * n  # (np.array makes them floats)
-    return dict(zip(fields, np.array(flat, dtype=float).reshape(len(fields), sum(sizes))))
 
 
 @dataclass(frozen=True)
@@ -305,14 +284,11 @@ class _Group:
     numeric: tuple  # the fields stacked over the members' points
     members: tuple  # (phase, kernel) pairs, in stacking order
 
-    def op(self, lists: list[list[Kernel]], ns: tuple, fields: dict | None = None):
-        """The group's op over its members' stacked arguments (of the phases' kernel
-        ``lists``, over ``ns`` points). ``fields``: every field of an op of the group
-        already built and checked; the op is then made from them without the checks
-        (a probe of the plan checked the group, and every size here is a product of
-        checked ones)."""
-        args = _stack([lists[j][i].args for j, i in self.members], [ns[j] for j, _ in self.members],
-                      self.numeric)
+    def op(self, args: dict, fields: dict | None = None):
+        """The group's op over its members' stacked numeric ``args``. ``fields``: every
+        field of an op of the group already built and checked; the op is then made from
+        them without the checks (the plan's probe checked the group, and every size here
+        is a product of checked ones)."""
         if fields is None:
             return self.cls(**self.static, **args)
         op = object.__new__(self.cls)
@@ -374,21 +350,78 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
 
 class _Plan:
     """The structure of the kernels of some phases of a model under a deployment: it
-    depends on neither the batch nor the lengths, so it is found once per pair."""
+    depends on neither the batch nor the lengths, so it is found once per pair. The
+    kernels are built once, on stand-ins for each phase's batch, query length, key
+    length and logits flag (``trace``): a prediction replays the arithmetic that sizes
+    them and lays the sizes straight into the groups' stacked arguments."""
 
-    def __init__(self, lists: list[list[Kernel]], sh, d: Deployment):
-        self.sharding = sh
-        self.sizes = tuple(len(ks) for ks in lists)
-        self.layouts = tuple(_layout(ks, sh, d) for ks in lists)
-        self.groups = _groups(lists)
-        ns = (1,) * len(lists)
-        # every field of each group's op, built (and checked) once from the probe
-        self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}
-                       for g in self.groups for op in (g.op(lists, ns),)]
+    def __init__(self, model, d: Deployment, names: tuple):
+        self.sharding = sh = shard(model, d)
+        self.tapes, self.kernels = [], []
+        for name in names:
+            tape = Tape(len(_INPUTS))
+            b, q, k, logits = tape.variables()
+            self.kernels.append(phase_kernels(model, d, Phase(name, batch=b, seq_q=q, seq_kv=k, sequences=1,
+                                                              logits=logits), sh))
+            self.tapes.append(tape)
+        self.sizes = tuple(len(ks) for ks in self.kernels)
+        self.layouts = tuple(_layout(ks, sh, d) for ks in self.kernels)
+        self.groups = _groups(self.kernels)
         members = [m for g in self.groups for m in g.members]
         self.member_phase = np.array([j for j, _ in members])
         self.member_kernel = np.array([i for _, i in members])
         self._sources: dict = {}
+        self._places: dict = {}
+        # every field of each group's op, built (and checked) once from a probe
+        probe = self.arguments([Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names])
+        self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}
+                       for g, args in zip(self.groups, probe.groups) for op in (g.op(args),)]
+
+    def arguments(self, phases: list[Phase]) -> "_Arguments":
+        """The groups' stacked numeric arguments, and the kernels' masks, at ``phases``."""
+        ns = tuple(ph.n for ph in phases)
+        places = self._places.get(ns) or self._place(ns)
+        values = [tape.replay([_points(getattr(ph, f), ph.n) for f in _INPUTS]) for tape, ph in zip(self.tapes, phases)]
+        laid = places.constants.copy()
+        for j, (at, nodes) in enumerate(places.dynamic):
+            if nodes:
+                laid[at] = np.concatenate([values[j][v] for v in nodes])
+        groups = [{f: laid[a:b] for f, (a, b) in spans.items()} for spans in places.spans]
+        masks = [[(i, values[j][v]) for i, v in m] for j, m in enumerate(places.masks)]
+        return _Arguments(groups, masks, values)
+
+    def _place(self, ns: tuple) -> "_Places":
+        """Where each member's value of each stacked argument lies at ``ns`` points: the
+        constants laid once, and the positions of the replayed values, per phase."""
+        constants, spans, at = [], [], 0
+        dynamic = [([], []) for _ in ns]
+        for g in self.groups:
+            span = {}
+            for f in g.numeric:
+                start = at
+                for j, i in g.members:
+                    v, n = self.kernels[j][i].args[f], ns[j]
+                    if isinstance(v, Var):
+                        dynamic[j][0].append(np.arange(at, at + n))
+                        dynamic[j][1].append(v.index)
+                        constants.append(np.zeros(n))
+                    else:
+                        constants.append(np.full(n, v, dtype=float))
+                    at += n
+                span[f] = (start, at)
+            spans.append(span)
+        masks = [[(i, k.mask.index) for i, k in enumerate(ks) if isinstance(k.mask, Var)] for ks in self.kernels]
+        places = _Places(np.concatenate(constants) if constants else np.zeros(0),
+                         [(np.concatenate(p) if p else None, nodes) for p, nodes in dynamic], spans, masks)
+        self._places[ns] = places
+        return places
+
+    def materialize(self, j: int, values: list) -> list[Kernel]:
+        """Phase ``j``'s kernels with the replayed ``values`` in place of the stand-ins."""
+        def num(v):
+            return values[v.index] if isinstance(v, Var) else v
+
+        return [k._replace(args={f: num(v) for f, v in k.args.items()}, mask=num(k.mask)) for k in self.kernels[j]]
 
     def rows(self, ns: tuple) -> np.ndarray:
         """For the groups' stacked points, end to end: where each lands in the phases'
@@ -409,12 +442,35 @@ class _Plan:
         return self._sources[ns]
 
 
+_INPUTS = ("batch", "seq_q", "seq_kv", "logits")  # the phase's numbers the kernels' sizes follow
+
+
+def _points(x, n: int) -> np.ndarray:
+    """``x`` (a number, or an array of one or ``n`` values) as ``n`` floats."""
+    if type(x) in (int, float):
+        return np.full(n, float(x))
+    if type(x) is np.ndarray and x.size == n:
+        return x.astype(float, copy=False).reshape(n)
+    return np.full(n, np.asarray(x, dtype=float).item())
+
+
+class _Places(NamedTuple):
+    constants: np.ndarray  # every stacked argument, end to end, replayed values left 0
+    dynamic: list  # per phase: (positions of its replayed values, their tape indices)
+    spans: list  # per group: field -> (start, end) in the stacked arguments
+    masks: list  # per phase: (kernel, tape index) of the masks that follow the phase
+
+
+class _Arguments(NamedTuple):
+    groups: list  # per group: field -> its stacked values
+    masks: list  # per phase: (kernel, mask per point)
+    values: list  # per phase: every replayed value
+
+
 @lru_cache(maxsize=128)
 def _plan(model, d: Deployment, names: tuple) -> _Plan:
-    """The plan of phases ``names``, found from one small step of each."""
-    sh = shard(model, d)
-    probes = [Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names]
-    return _Plan([phase_kernels(model, d, ph, sh) for ph in probes], sh, d)
+    """The plan of phases ``names``."""
+    return _Plan(model, d, names)
 
 
 @dataclass
@@ -448,16 +504,14 @@ class _Priced:
         return out
 
 
-def _price(plan: _Plan, lists: list[list[Kernel]], ns: tuple, spec, profile) -> list[_Priced]:
-    """Time the kernels of each phase (``lists``, over ``ns`` points): each group of the
-    plan is one op over its members' stacked numeric arguments; the roofline terms of all
-    of them are priced at once, and ops that have none (collectives, kernels of several
-    regimes) by one predict call each."""
+def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_Priced]:
+    """Time the kernels of each phase (over ``ns`` points): each group of the plan is one
+    op over its members' stacked numeric ``args``; the roofline terms of all of them are
+    priced at once, and ops that have none (collectives, kernels of several regimes) by
+    one predict call each."""
     total = sum(k * n for k, n in zip(plan.sizes, ns))
-    ops, sizes = [], []
-    for g, f in zip(plan.groups, plan.fields):
-        ops.append(g.op(lists, ns, f))
-        sizes.append(sum(ns[j] for j, _ in g.members))
+    ops = [g.op(a, f) for g, a, f in zip(plan.groups, args.groups, plan.fields)]
+    sizes = [sum(ns[j] for j, _ in g.members) for g in plan.groups]
     terms = [terms_for(op, spec, profile) for op in ops]
     batched = [i for i, t in enumerate(terms) if t is not None]
     batch = (PricedTerms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
@@ -544,11 +598,16 @@ class PhaseResult:
     phase: Phase
     step_s: np.ndarray  # per point
     stage_s: np.ndarray  # [stage, point]: one microbatch's pass through each stage
-    kernels: list[Kernel] = field(repr=False)
+    values: list = field(repr=False)  # the plan's replayed values at this phase's points
     counts: np.ndarray = field(repr=False)  # runs per forward, per kernel
     latency_s: np.ndarray = field(repr=False)  # [kernel, point], per run, masked
     priced: _Priced = field(repr=False)
     weights: np.ndarray = field(repr=False)  # how points combine into the phase's time
+
+    @cached_property
+    def kernels(self) -> list[Kernel]:
+        """Every kernel of one step, with its arguments over the phase's points."""
+        return self.priced.plan.materialize(self.priced.phase, self.values)
 
     @property
     def time_s(self) -> float:
@@ -597,16 +656,16 @@ class PhaseResult:
         return ["" if i is None else str(bound[i, peak[i]]) for i in longest]
 
 
-def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, d: Deployment) -> PhaseResult:
+def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment) -> PhaseResult:
+    """``masks``: (kernel, mask per point) of the kernels that some steps skip."""
     layout, n = priced.layout, ph.n
     lat = priced.latency_s
     if d.eager:
         lat = lat + layout.launches * d.launch_overhead_s
-    masked = [i for i, k in enumerate(kernels) if not (isinstance(k.mask, (int, float)) and k.mask == 1)]
-    if masked:
+    if masks:
         lat = lat.copy()
-        for i in masked:
-            lat[i] = lat[i] * kernels[i].mask
+        for i, mask in masks:
+            lat[i] = lat[i] * mask
     stage_s = layout.mult.T @ lat
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
@@ -614,14 +673,14 @@ def _combine(ph: Phase, kernels: list[Kernel], priced: _Priced, d: Deployment) -
     if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
-    return PhaseResult(ph, step, stage_s, kernels, layout.counts, lat, priced, weights)
+    return PhaseResult(ph, step, stage_s, values, layout.counts, lat, priced, weights)
 
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
     plan = _plan(model, d, tuple(ph.name for ph in phases))
-    lists = [phase_kernels(model, d, ph, plan.sharding) for ph in phases]
-    priced = _price(plan, lists, tuple(ph.n for ph in phases), spec, profile or IDEAL)
-    return [_combine(ph, ks, p, d) for ph, ks, p in zip(phases, lists, priced)]
+    args = plan.arguments(phases)
+    priced = _price(plan, args, tuple(ph.n for ph in phases), spec, profile or IDEAL)
+    return [_combine(ph, m, v, p, d) for ph, m, v, p in zip(phases, args.masks, args.values, priced)]
 
 
 # ------------------------------------------------------------------ predictions
