@@ -50,6 +50,9 @@ _ALIASES = {
 
 def dtype(name: str | DType) -> DType:
     """Look up a dtype by name or alias; unknown names raise a one-sentence UserError."""
+    found = _DTYPES.get(name) if type(name) is str else None
+    if found is not None:  # (the common case: a canonical name)
+        return found
     if isinstance(name, DType):
         return name
     key = str(name).strip().lower()

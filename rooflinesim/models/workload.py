@@ -344,8 +344,9 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
                            if f != "name" and not _numeric(v))
             numeric = tuple(f for f, v in k.args.items() if _numeric(v))
             found.setdefault((k.cls, static), (numeric, []))[1].append((j, i))
-    return tuple(_Group(cls, dict(static), numeric, tuple(members))
-                 for (cls, static), (numeric, members) in found.items())
+    groups = [_Group(cls, dict(static), numeric, tuple(members)) for (cls, static), (numeric, members) in found.items()]
+    # (collectives last: the other groups' points then lie in one run of the priced terms)
+    return tuple(sorted(groups, key=lambda g: g.cls is Collective))
 
 
 class _Plan:
@@ -516,29 +517,28 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
     batched = [i for i, t in enumerate(terms) if t is not None]
     batch = (PricedTerms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
              if batched else None)
-    if len(batched) == len(ops):  # (the points already lie in group order)
-        stacked = np.empty((3, total))
-        stacked[0], stacked[1], stacked[2] = batch.latency_s, batch.flops, batch.hbm_bytes
-        bound = np.asarray(batch.bound, dtype=object)
-        timings = [partial(batch.timing, k) for k in range(len(ops))]
-    else:
-        stacked, bound = np.empty((3, total)), np.empty(total, dtype=object)
-        timings, at, k = [], 0, 0
-        for i, (op, size) in enumerate(zip(ops, sizes)):
-            end = at + size
-            if terms[i] is not None:
-                a, b = batch.offsets[k], batch.offsets[k + 1]
-                for row, x in enumerate((batch.latency_s, batch.flops, batch.hbm_bytes)):
-                    stacked[row, at:end] = x[a:b] if np.ndim(x) else x
-                bound[at:end] = batch.bound[a:b]
-                timings.append(partial(batch.timing, k))
-                k += 1
-            else:
-                t = in_sequence(predict(op, spec, profile))
-                stacked[0, at:end], stacked[1, at:end], stacked[2, at:end] = t.latency_s, t.flops, t.hbm_bytes
-                bound[at:end] = t.bound
-                timings.append(t)
-            at = end
+    # the groups' points in group order: runs of priced groups as slices of the batch,
+    # the others (collectives come last in a plan) from their own timings
+    pieces: list = [[], [], [], []]  # latency, FLOPs, HBM bytes, bound
+    timings, k, i = [], 0, 0
+    while i < len(ops):
+        if terms[i] is None:
+            t = in_sequence(predict(ops[i], spec, profile))
+            for piece, x in zip(pieces, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
+                piece.append(np.broadcast_to(x, (sizes[i],)))
+            timings.append(t)
+            i += 1
+            continue
+        run = i
+        while i < len(ops) and terms[i] is not None:
+            timings.append(partial(batch.timing, k + i - run))
+            i += 1
+        a, b = batch.offsets[k], batch.offsets[k + i - run]
+        k += i - run
+        for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
+            piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
+    stacked = np.array([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
+    bound = np.asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
     # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
     # follow the layout of its operands)
     order = plan.sources(ns)
