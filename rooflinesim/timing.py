@@ -412,36 +412,77 @@ def _per_point(values: list, shapes: list, sizes: list, offsets: list):
 
 
 def collective_time(op, spec, profile) -> Timing:
-    from .ops.collectives import bus_factor
+    return PricedCollectives([op], spec, profile).timing(0)
 
-    w = op.work()
-    cp = profile.collective(op.kind)
-    link_bw = spec.interconnect.link_bandwidth_bytes_per_s
-    if not link_bw:
-        link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
-    if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
-        raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
-    if np.count_nonzero(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
-        raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
-                        f"a world size of {op.world_size} would cross nodes, which is not modelled")
-    link = w.link_bytes / (link_bw * cp.link_efficiency)
-    fixed = cp.latency_s + w.link_steps * cp.step_latency_s
-    if cp.fill_latency_s:
-        link = link - cp.fill_latency_s * np.expm1(np.asarray(op.bytes, dtype=float) / -cp.fill_bytes)
-    latency = fixed + link
-    flops = math_flops(w)
-    t = Timing(
-        latency_s=latency,
-        bound=_bound({"link": link, "launch": fixed}),
-        flops=flops, hbm_bytes=w.hbm_bytes,
-        intensity_flop_per_byte=_intensity(flops, w.hbm_bytes),
-        ridge_flop_per_byte=spec.peak("fp32") / spec.memory.hbm_bandwidth_bytes_per_s,
-        link_s=link, launch_s=fixed,
-        losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
-    )
-    t.losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
-    t.losses["busbw_bytes_per_s"] = algbw * bus_factor(op.kind, op.world_size)
-    return t
+
+class PricedCollectives:
+    """Collectives priced at once, their points laid end to end (each its own shape when
+    there is one), each kind's parameters per point: per point, the arithmetic of each
+    collective priced alone."""
+
+    def __init__(self, ops: list, spec, profile, *, shapes=None):
+        from .ops.collectives import bus_factor
+
+        link_bw = spec.interconnect.link_bandwidth_bytes_per_s
+        if not link_bw:
+            link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
+        for op in ops:
+            if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
+                raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
+            if np.count_nonzero(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
+                raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
+                                f"a world size of {op.world_size} would cross nodes, which is not modelled")
+        self.ops, self.spec, self._bus_factor = ops, spec, bus_factor
+        works = [op.work() for op in ops]
+        self.params = cps = [profile.collective(op.kind) for op in ops]
+        if len(ops) == 1:
+            self.shapes, self.offsets = None, None
+
+            def lay(values):
+                return values[0]
+        else:
+            self.shapes = shapes or [np.broadcast(op.bytes, op.world_size).shape for op in ops]
+            sizes = [math.prod(s) for s in self.shapes]
+            self.offsets = np.cumsum([0] + sizes).tolist()
+
+            def lay(values):
+                return _laid(values, self.shapes, sizes, self.offsets)
+        self.works = works
+        link = lay([w.link_bytes for w in works]) / (link_bw * lay([cp.link_efficiency for cp in cps]))
+        fixed = lay([cp.latency_s for cp in cps]) + lay([w.link_steps for w in works]) * lay(
+            [cp.step_latency_s for cp in cps])
+        if any(cp.fill_latency_s for cp in cps):
+            size = lay([np.asarray(op.bytes, dtype=float) for op in ops])
+            link = link - lay([cp.fill_latency_s for cp in cps]) * np.expm1(size / -lay([cp.fill_bytes for cp in cps]))
+        self.latency_s = fixed + link
+        self.link_s, self.launch_s = link, fixed
+        self.bound = _bound({"link": link, "launch": fixed})
+        self.flops = lay([math_flops(w) for w in works])
+        self.hbm_bytes = lay([w.hbm_bytes for w in works])
+        self.intensity = _intensity(self.flops, self.hbm_bytes)
+
+    def timing(self, i: int) -> Timing:
+        """Collective ``i``'s own timing."""
+        op, cp, w = self.ops[i], self.params[i], self.works[i]
+        if self.offsets is None:
+            cut = _identity
+        else:
+            a, b, shape = self.offsets[i], self.offsets[i + 1], self.shapes[i]
+
+            def cut(x):
+                return x[a:b].reshape(shape) if isinstance(x, np.ndarray) and x.ndim else x
+
+        latency = cut(self.latency_s)
+        t = Timing(
+            latency_s=latency, bound=cut(self.bound), flops=cut(self.flops), hbm_bytes=w.hbm_bytes,
+            intensity_flop_per_byte=cut(self.intensity),
+            ridge_flop_per_byte=self.spec.peak("fp32") / self.spec.memory.hbm_bandwidth_bytes_per_s,
+            link_s=cut(self.link_s), launch_s=cut(self.launch_s),
+            losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
+        )
+        t.losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
+        t.losses["busbw_bytes_per_s"] = algbw * self._bus_factor(op.kind, op.world_size)
+        return t
 
 
 def predict(op, spec, profile=None) -> Timing:

@@ -57,7 +57,7 @@ from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
 from ..rules import PER_POINT, gemm_terms_many, in_sequence, terms_for
-from ..timing import PricedTerms, Timing, predict, with_fields
+from ..timing import PricedCollectives, PricedTerms, Timing, predict, with_fields
 from ..trace import Tape, Var
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
@@ -519,11 +519,20 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
     batch = (PricedTerms([t for _, _, t in priced], spec, in_sequence=True,
                          shapes=[(sum(sizes[i:j]),) for i, j, _ in priced]) if priced else None)
     # the groups' points in group order: runs of priced units as slices of the batch,
-    # the others (collectives come last in a plan) from their own timings
+    # the collectives (last in a plan) as one more batch, any other op from its timing
     pieces: list = [[], [], [], []]  # latency, FLOPs, HBM bytes, bound
     timings, k, u = [], 0, 0
     while u < len(units):
         i, j, t = units[u]
+        if t is None and type(ops[i]) is Collective:
+            rest = [i for i, _, _ in units[u:]]
+            if any(type(ops[g]) is not Collective for g in rest):
+                raise AssertionError("collectives come last in a plan")
+            links = PricedCollectives([ops[g] for g in rest], spec, profile, shapes=[(sizes[g],) for g in rest])
+            timings += [partial(links.timing, c) for c in range(len(rest))]
+            for piece, x in zip(pieces, (links.latency_s, links.flops, links.hbm_bytes, links.bound)):
+                piece.append(np.broadcast_to(x, (sum(sizes[g] for g in rest),)))
+            break
         if t is None:
             t = in_sequence(predict(ops[i], spec, profile))
             for piece, x in zip(pieces, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
