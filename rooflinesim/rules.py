@@ -12,7 +12,7 @@ from .dtypes import bytes_per_element
 from .errors import UserError
 from .ops.attention import Attention
 from .ops.collectives import Collective
-from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm, GemmBatch
+from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
@@ -139,22 +139,16 @@ def split_k_kernels(op, p, a=None, tiles=None):
     """1, or 2 where the library splits k (a smooth step in log k per 64x64 tile).
     Kernels for element-aligned strides split at their own ratio, however short k is.
     ``a``, ``tiles``: the op's gemm_alignment and _tiles64, where the caller has them."""
-    if not _on(p.split_k_ratio):
+    if not p.split_k_ratio:
         return 1.0
-    ratio, never = p.split_k_ratio, None
-    if not _plain(ratio) and np.count_nonzero(ratio) < np.size(ratio):  # (some points never split)
-        never, ratio = ratio == 0, np.where(ratio == 0, 1.0, ratio)
     tiles = _tiles64(op) if tiles is None else tiles
     per_tile = np.log(np.asarray(op.k) / tiles)
-    x = (per_tile - np.log(ratio)) / 0.25
-    least = max(p.split_k_min, 1.0) if _plain(p.split_k_min) else np.maximum(p.split_k_min, 1.0)
-    x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(least)) / 0.1)
-    if _on(p.align2_split_k_ratio):  # (skinny ones run GEMV-style kernels, which split as usual)
+    x = (per_tile - np.log(p.split_k_ratio)) / 0.25
+    x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
+    if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
         odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > SKINNY_ROWS)
-        own = p.align2_split_k_ratio
-        x = np.where(odd, (per_tile - np.log(own if _plain(own) else np.where(own > 0, own, 1.0))) / 0.25, x)
-    kernels = 1.0 + logistic(x)
-    return kernels if never is None else np.where(never, 1.0, kernels)
+        x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
+    return 1.0 + logistic(x)
 
 
 def _require(spec, rate: str, what: str):
@@ -218,40 +212,6 @@ def gemm_terms(op: Gemm, spec, profile) -> KernelTerms | None:
     return _gemm_terms(op, spec, p, a, sequence_s=_sequence_s(profile))
 
 
-def gemm_terms_many(ops: list, spec, profile) -> KernelTerms | None:
-    """One set of terms for several GEMMs, their points laid end to end (a GemmBatch with
-    each format's parameters per point); None where one of them takes another kernel
-    than the aligned ones, or has int4 weights."""
-    if len(ops) == 1:
-        return gemm_terms(ops[0], spec, profile)
-    params, aligns, sizes = [], [], []
-    for op in ops:
-        p, a, regimes = _gemm_choice(op, spec, profile)
-        if regimes or op.dtype == "int4":
-            return None
-        params.append(p)
-        sizes.append(np.broadcast(op.m, op.n, op.k, op.batch).size)
-        aligns.append(a)
-    which = np.repeat(np.arange(len(ops)), sizes)
-    names = tuple(dict.fromkeys(op.dtype for op in ops))
-    laid = {f: np.concatenate([_points(getattr(op, f), n) for op, n in zip(ops, sizes)])
-            for f in ("m", "n", "k", "batch")}
-    joined = object.__new__(GemmBatch)  # (each op was checked)
-    joined.__dict__.update(m=laid["m"], n=laid["n"], k=laid["k"], batch=laid["batch"], dtype=ops[0].dtype,
-                           group_size=ops[0].group_size, name="", names=names,
-                           formats=np.repeat([names.index(op.dtype) for op in ops], sizes))
-    a = np.concatenate([_points(x, n) for x, n in zip(aligns, sizes)])
-    p = params[0] if all(q is params[0] for q in params) else params_at(tuple(params), which)
-    return _gemm_terms(joined, spec, p, a, sequence_s=_sequence_s(profile))
-
-
-def _points(x, n: int) -> np.ndarray:
-    """``x`` (a number, or an array of one or ``n`` values) as ``n`` floats."""
-    if type(x) is np.ndarray and x.size == n:
-        return x.astype(float, copy=False).reshape(n)
-    return np.full(n, float(np.asarray(x).reshape(-1)[0]) if np.ndim(x) else float(x))
-
-
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
     p, a, regimes = _gemm_choice(op, spec, profile)
     if not regimes:
@@ -285,28 +245,26 @@ def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
     a = gemm_alignment(op) if a is None else a
     tiles = _tiles64(op)
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
-    if _on(p.tile_m > 1) or _on(p.tile_n > 1):
+    if p.tile_m > 1 or p.tile_n > 1:
         pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
         scale = scale * pad
         losses["tile_padding"] = pad
-    if _on(p.k_overhead):
+    if p.k_overhead:
         fill = (op.k + p.k_overhead) / op.k
         scale = scale * fill
         losses["k_fill"] = fill
-    if _on(p.wave_quantization):
+    if p.wave_quantization:
         eff = _wave_efficiency(op.tiles(p.tile_m, p.tile_n), spec.chip.sm_count)
-        if not _plain(p.wave_quantization):
-            eff = np.where(p.wave_quantization, eff, 1.0)
         scale = scale / eff
         losses["wave_quantization"] = 1 / eff
     fc, memory_scale = _alignment_factors(op, p, a)
     if not (_is_one(fc) and _is_one(memory_scale)):
         losses["misalignment"] = 1 / fc
     kernels = split_k_kernels(op, p, a, tiles)
-    if _on(p.split_k_ratio):
+    if p.split_k_ratio:
         losses["split_k_kernels"] = kernels
     extra = 0.0
-    if _on(p.k_element_s):
+    if p.k_element_s:
         # the k loop of one output tile runs in series; a split k shares it out
         splits = np.minimum(np.maximum(spec.chip.sm_count / tiles, 1.0), 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
@@ -316,7 +274,7 @@ def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
         extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
     # a split k also writes fp32 partial tiles and runs the reduction over them
-    fixed = (np.asarray(kernels) - 1.0) * p.split_k_s if _on(p.split_k_s) else 0.0
+    fixed = (np.asarray(kernels) - 1.0) * p.split_k_s if p.split_k_s else 0.0
     return KernelTerms(op.work(), p, compute_scale=scale / fc, memory_scale=memory_scale, losses=losses,
                        kernels=kernels, extra_s=extra, fixed_s=fixed, sequence_s=sequence_s)
 
@@ -398,8 +356,8 @@ def _k_step_bytes(op: Gemm) -> float:
     """Bytes of A and W per element of k, relative to 16-bit operands: the serial k walk
     of a thread block moves its operand rows, so fp8 walks a k twice as fast as bf16 and
     fp32 (tf32) at half the pace."""
-    a, w, _ = op.element_bytes()
-    return (a + w) / 4.0
+    act, wt, _, _ = FORMATS[op.dtype]
+    return (bytes_per_element(act) + bytes_per_element(wt)) / 4.0
 
 
 def _with_fixed(t: Timing, seconds) -> Timing:
@@ -525,15 +483,10 @@ def params_by_regime(present: list) -> SimpleNamespace:
     """The parameters of kernel regimes as one set, per point where they differ:
     ``present`` holds (mask, parameters) with masks that split the points. A hard-max
     corner is the p-norm of p infinity; an unset softmax_overlap is NaN."""
+    params = tuple(p for _, p in present)
     which = np.zeros(np.shape(present[0][0]), dtype=np.intp)  # per point: its regime
     for r, (mask, _) in enumerate(present[1:], 1):
         which[mask] = r
-    return params_at(tuple(p for _, p in present), which)
-
-
-def params_at(params: tuple, which: np.ndarray) -> SimpleNamespace:
-    """Parameter sets ``params`` as one, per point where they differ: point i takes
-    ``params[which[i]]``."""
     key = (tuple(map(id, params)), which.shape, which.tobytes())
     found = _REGIME_PARAMS.get(key)
     if found is None:  # (kept, with the objects: repeated predictions meet the same split)

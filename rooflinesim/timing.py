@@ -351,12 +351,21 @@ def _laid(values: list, shapes: list, sizes: list, offsets: list):
     """Per-kernel values (numbers, or arrays of each kernel's shape) laid end to end; one
     plain number where every kernel has the same."""
     first = values[0]
-    if type(first) in (float, int, bool) and all(type(v) in (float, int, bool) and v == first for v in values):
-        return first
+    if type(first) in _PLAIN:
+        for v in values:
+            if type(v) not in _PLAIN or v != first:
+                break
+        else:
+            return first
     out = np.empty(offsets[-1])
-    for v, shape, a, b in zip(values, shapes, offsets, offsets[1:]):
-        out[a:b] = np.ravel(np.broadcast_to(v, shape)) if len(shape) > 1 else v
+    a = 0
+    for v, shape, n in zip(values, shapes, sizes):
+        out[a:a + n] = v if len(shape) < 2 else np.ravel(np.broadcast_to(v, shape))
+        a += n
     return out
+
+
+_PLAIN = (float, int, bool)
 
 
 def _any(x) -> bool:

@@ -56,7 +56,7 @@ from ..ops.collectives import Collective
 from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
-from ..rules import PER_POINT, gemm_terms_many, in_sequence, terms_for
+from ..rules import PER_POINT, in_sequence, terms_for
 from ..timing import PricedCollectives, PricedTerms, Timing, predict, with_fields
 from ..trace import Tape, Var
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
@@ -345,9 +345,8 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
             numeric = tuple(f for f, v in k.args.items() if _numeric(v))
             found.setdefault((k.cls, static), (numeric, []))[1].append((j, i))
     groups = [_Group(cls, dict(static), numeric, tuple(members)) for (cls, static), (numeric, members) in found.items()]
-    # (collectives last: the other groups' points then lie in one run of the priced terms;
-    # the groups of a class together: GEMMs of several formats are priced as one op)
-    return tuple(sorted(groups, key=lambda g: (g.cls is Collective, g.cls.__name__)))
+    # (collectives last: the other groups' points then lie in one run of the priced terms)
+    return tuple(sorted(groups, key=lambda g: g.cls is Collective))
 
 
 class _Plan:
@@ -514,44 +513,37 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
     total = sum(k * n for k, n in zip(plan.sizes, ns))
     ops = [g.op(a, f) for g, a, f in zip(plan.groups, args.groups, plan.fields)]
     sizes = [sum(ns[j] for j, _ in g.members) for g in plan.groups]
-    units = _units(ops, spec, profile)  # (first group, end, their terms or None)
-    priced = [(i, j, t) for i, j, t in units if t is not None]
-    batch = (PricedTerms([t for _, _, t in priced], spec, in_sequence=True,
-                         shapes=[(sum(sizes[i:j]),) for i, j, _ in priced]) if priced else None)
-    # the groups' points in group order: runs of priced units as slices of the batch,
+    terms = [terms_for(op, spec, profile) for op in ops]
+    batched = [i for i, t in enumerate(terms) if t is not None]
+    batch = (PricedTerms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
+             if batched else None)
+    # the groups' points in group order: runs of priced groups as slices of the batch,
     # the collectives (last in a plan) as one more batch, any other op from its timing
     pieces: list = [[], [], [], []]  # latency, FLOPs, HBM bytes, bound
-    timings, k, u = [], 0, 0
-    while u < len(units):
-        i, j, t = units[u]
-        if t is None and type(ops[i]) is Collective:
-            rest = [i for i, _, _ in units[u:]]
+    timings, k, i = [], 0, 0
+    while i < len(ops):
+        if terms[i] is None and type(ops[i]) is Collective:
+            rest = range(i, len(ops))
             if any(type(ops[g]) is not Collective for g in rest):
                 raise AssertionError("collectives come last in a plan")
             links = PricedCollectives([ops[g] for g in rest], spec, profile, shapes=[(sizes[g],) for g in rest])
             timings += [partial(links.timing, c) for c in range(len(rest))]
             for piece, x in zip(pieces, (links.latency_s, links.flops, links.hbm_bytes, links.bound)):
-                piece.append(np.broadcast_to(x, (sum(sizes[g] for g in rest),)))
+                piece.append(np.broadcast_to(x, (sum(sizes[i:]),)))
             break
-        if t is None:
+        if terms[i] is None:
             t = in_sequence(predict(ops[i], spec, profile))
             for piece, x in zip(pieces, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
                 piece.append(np.broadcast_to(x, (sizes[i],)))
             timings.append(t)
-            u += 1
+            i += 1
             continue
-        first = k
-        while u < len(units) and units[u][2] is not None:
-            i, j, _ = units[u]
-            if j - i == 1:
-                timings.append(partial(batch.timing, k))
-            else:  # (several groups priced as one op: each its rows of it)
-                at = 0
-                for g in range(i, j):
-                    timings.append(partial(_part_timing, batch, k, slice(at, at + sizes[g]), ops[g], spec))
-                    at += sizes[g]
-            k, u = k + 1, u + 1
-        a, b = batch.offsets[first], batch.offsets[k]
+        run = i
+        while i < len(ops) and terms[i] is not None:
+            timings.append(partial(batch.timing, k + i - run))
+            i += 1
+        a, b = batch.offsets[k], batch.offsets[k + i - run]
+        k += i - run
         for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
             piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
     stacked = np.array([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
@@ -566,33 +558,6 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
                            groups=timings, plan=plan, ns=ns, phase=j))
         at += k * n
     return out
-
-
-def _units(ops: list, spec, profile) -> list:
-    """The groups' ops as units priced together: (first group, end, their roofline terms,
-    or None where ``predict`` prices the op). Adjacent GEMM groups (of several formats)
-    are one unit where all take the aligned kernels."""
-    units, i = [], 0
-    while i < len(ops):
-        j = i + 1
-        if type(ops[i]) is Gemm:
-            while j < len(ops) and type(ops[j]) is Gemm:
-                j += 1
-            terms = gemm_terms_many(ops[i:j], spec, profile)
-            if terms is not None or j - i == 1:
-                units.append((i, j, terms))
-            else:  # (one of them takes other kernels: each alone)
-                units += [(g, g + 1, terms_for(ops[g], spec, profile)) for g in range(i, j)]
-        else:
-            units.append((i, j, terms_for(ops[i], spec, profile)))
-        i = j
-    return units
-
-
-def _part_timing(batch: PricedTerms, k: int, rows: slice, op, spec) -> Timing:
-    """The timing of the ``rows`` of item ``k`` of ``batch`` that are group op ``op``'s."""
-    ridge = spec.peak(op.math_rate) / spec.memory.hbm_bandwidth_bytes_per_s
-    return with_fields(_slice_timing(batch.timing(k), rows), ridge_flop_per_byte=ridge)
 
 
 def _slice_timing(t: Timing, rows: slice) -> Timing:

@@ -11,10 +11,7 @@ Formats (activation, weight, output, math rate):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
-
-import numpy as np
 
 from ..dtypes import bytes_per_element
 from ..errors import UserError
@@ -62,24 +59,20 @@ class Gemm(Op):
     def math_rate(self) -> str:
         return FORMATS[self.dtype][3]
 
-    def element_bytes(self) -> tuple:
-        """Bytes per element of the activations, the weights and the output."""
-        return _ELEMENT_BYTES[self.dtype]
-
     def flops(self):
         return 2 * self.batch * self.m * self.n * self.k  # one multiply-add = 2 FLOPs
 
     def bytes_a(self):
-        return self.batch * self.m * self.k * self.element_bytes()[0]
+        return self.batch * self.m * self.k * bytes_per_element(FORMATS[self.dtype][0])
 
     def bytes_w(self):
-        b = self.batch * self.n * self.k * self.element_bytes()[1]
+        b = self.batch * self.n * self.k * bytes_per_element(FORMATS[self.dtype][1])
         if self.dtype == "int4":  # one bf16 scale per group along k
             b = b + self.batch * self.n * ceil(self.k / self.group_size) * bytes_per_element("bf16")
         return b
 
     def bytes_c(self):
-        return self.batch * self.m * self.n * self.element_bytes()[2]
+        return self.batch * self.m * self.n * bytes_per_element(FORMATS[self.dtype][2])
 
     def ideal_bytes(self):
         """Each operand read once and the output written once."""
@@ -95,7 +88,8 @@ class Gemm(Op):
         return self._tile_reads(tile_m, tile_n) + self.bytes_c()
 
     def _tile_reads(self, tile_m, tile_n):
-        a, w, _ = self.element_bytes()
+        a = bytes_per_element(FORMATS[self.dtype][0])
+        w = bytes_per_element(FORMATS[self.dtype][1])
         per_tile = (tile_m * a + tile_n * w) * self.k
         return self.tiles(tile_m, tile_n) * per_tile
 
@@ -115,44 +109,6 @@ class Gemm(Op):
     def intensity(self):
         """Arithmetic intensity at ideal traffic, FLOP per byte."""
         return self.flops() / self.ideal_bytes()
-
-
-_ELEMENT_BYTES = {f: tuple(bytes_per_element(x) for x in dtypes[:3]) for f, dtypes in FORMATS.items()}
-
-
-@dataclass(frozen=True)
-class GemmBatch(Gemm):
-    """GEMMs of several formats (int4 aside) as one op over their points laid end to end,
-    to price them in one pass: per point, its format's element sizes and math rate.
-    ``dtype`` names the first format; ``formats`` holds each point's."""
-
-    formats: Any = None  # per point: its format's index in ``names``
-    names: tuple = ()
-
-    family: ClassVar[str] = ""  # (not an op of its own)
-
-    def element_bytes(self) -> tuple:
-        return self._elements
-
-    @cached_property
-    def _elements(self) -> tuple:
-        return tuple(np.array([_ELEMENT_BYTES[f] for f in self.names]).T[:, self.formats])
-
-    def work(self) -> Work:
-        w = super().work()
-        flops = w.tensor_flops[self.math_rate]
-        tensor = {rate: np.where(at, flops, 0.0) for rate, at in self._rates.items()}
-        return Work(tensor_flops=tensor, hbm_bytes=w.hbm_bytes, l2_bytes=w.l2_bytes, kernels=w.kernels)
-
-    @cached_property
-    def _rates(self) -> dict:
-        """Math rate -> where the points run at it."""
-        out: dict = {}
-        for i, f in enumerate(self.names):
-            at = self.formats == i
-            rate = FORMATS[f][3]
-            out[rate] = out[rate] | at if rate in out else at
-        return out
 
 
 def linear(tokens, in_features, out_features, dtype="bf16", name="", group_size=128) -> Gemm:
