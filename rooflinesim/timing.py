@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -245,7 +246,7 @@ class PricedTerms:
         else:
             self.shapes = shapes or [it.shape() for it in items]
             sizes = [math.prod(s) for s in self.shapes]
-            self.offsets = np.cumsum([0] + sizes).tolist()
+            self.offsets = list(accumulate(sizes, initial=0))
 
             def lay(values):
                 return _laid(values, self.shapes, sizes, self.offsets)
@@ -430,8 +431,6 @@ class PricedCollectives:
     collective priced alone."""
 
     def __init__(self, ops: list, spec, profile, *, shapes=None):
-        from .ops.collectives import bus_factor
-
         link_bw = spec.interconnect.link_bandwidth_bytes_per_s
         if not link_bw:
             link_bw = spec.interconnect.pcie_bandwidth_bytes_per_s
@@ -441,7 +440,7 @@ class PricedCollectives:
             if np.count_nonzero(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
                 raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
                                 f"a world size of {op.world_size} would cross nodes, which is not modelled")
-        self.ops, self.spec, self._bus_factor = ops, spec, bus_factor
+        self.ops, self.spec = ops, spec
         works = [op.work() for op in ops]
         self.params = cps = [profile.collective(op.kind) for op in ops]
         if len(ops) == 1:
@@ -452,7 +451,7 @@ class PricedCollectives:
         else:
             self.shapes = shapes or [np.broadcast(op.bytes, op.world_size).shape for op in ops]
             sizes = [math.prod(s) for s in self.shapes]
-            self.offsets = np.cumsum([0] + sizes).tolist()
+            self.offsets = list(accumulate(sizes, initial=0))
 
             def lay(values):
                 return _laid(values, self.shapes, sizes, self.offsets)
@@ -490,8 +489,14 @@ class PricedCollectives:
             losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
         )
         t.losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
-        t.losses["busbw_bytes_per_s"] = algbw * self._bus_factor(op.kind, op.world_size)
+        t.losses["busbw_bytes_per_s"] = algbw * _bus_factor(op.kind, op.world_size)
         return t
+
+
+def _bus_factor(kind: str, world_size):
+    from .ops.collectives import bus_factor
+
+    return bus_factor(kind, world_size)
 
 
 def predict(op, spec, profile=None) -> Timing:
