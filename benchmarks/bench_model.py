@@ -38,9 +38,7 @@ def timed(f, repeats: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def full_prediction(model, gpu, deploy, repeats, replay=False):
-    """``replay``: the cost formulas replaced by their recorded answers (the time left is
-    the building of kernel lists, stacking and tables around them)."""
+def full_prediction(model, gpu, deploy, repeats):
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
@@ -54,19 +52,7 @@ def full_prediction(model, gpu, deploy, repeats, replay=False):
         r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
         r.prefill.table(), r.decode.table()
 
-    if not replay:
-        return timed(once, repeats)
-    from rooflinesim.models import workload
-
-    answers, real = [], workload.predict
-    workload.predict = lambda op, *a: answers.append(real(op, *a)) or answers[-1]
-    once()
-    calls = iter(answers * (repeats + 2))
-    workload.predict = lambda op, *a: next(calls)
-    try:
-        return timed(once, repeats)
-    finally:
-        workload.predict = real
+    return timed(once, repeats)
 
 
 def sweep_points(model, gpu, deploy, phase, n, repeats):
@@ -101,16 +87,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--points", type=int, default=1000)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--replay", action="store_true",
-                    help="also time full predictions whose cost formulas replay recorded answers")
     args = ap.parse_args()
     out: dict[str, float] = {}
     for label, model, gpu, deploy in CASES:
         lo, med = full_prediction(model, gpu, deploy, args.repeats)
         out[f"full prediction, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
-        if args.replay:
-            lo, med = full_prediction(model, gpu, deploy, args.repeats, replay=True)
-            out[f"full prediction, {label}, formulas replayed (ms, min / median)"] = (lo * 1e3, med * 1e3)
     for label, model, gpu, deploy in CASES[:3]:
         for phase in ("decode", "prefill"):
             lo, med = sweep_points(model, gpu, deploy, phase, args.points, max(5, args.repeats // 5))

@@ -225,34 +225,49 @@ _ROOFLINE_PARAMS = ("compute_efficiency", "memory_efficiency", "launch_s", "larg
                     "large_memory_efficiency", "memory_latency_s", "memory_latency_bytes", "l2_efficiency")
 
 
-class PricedTerms:
+class _EndToEnd:
+    """Values of several items (kernels, collectives) over their points laid end to end:
+    each item's own shape (``shapes``), or the values themselves for a single item."""
+
+    def __init__(self, shapes: list | None):
+        self.shapes = shapes
+        if shapes is None:
+            self.sizes = self.offsets = None
+        else:
+            self.sizes = [math.prod(s) for s in shapes]
+            self.offsets = list(accumulate(self.sizes, initial=0))
+
+    def lay(self, values: list):
+        """One value per item, laid end to end (one number where all items have it)."""
+        if self.shapes is None:
+            return values[0]
+        return _laid(values, self.shapes, self.sizes, self.offsets)
+
+    def cut(self, i: int):
+        """The function that takes item ``i``'s points out of a laid value."""
+        if self.offsets is None:
+            return _identity
+        a, b, shape = self.offsets[i], self.offsets[i + 1], self.shapes[i]
+
+        def cut(x):
+            return x[a:b].reshape(shape) if isinstance(x, np.ndarray) and x.ndim else x
+
+        return cut
+
+
+class PricedTerms(_EndToEnd):
     """The terms of several kernels priced at once: their points laid end to end (each
     kernel's own shape when there is one), their parameters per point. Per point, the
     arithmetic is that of each kernel priced alone. ``in_sequence``: the kernels run
     among others (their sequence_s applies)."""
 
     def __init__(self, items: list[KernelTerms], spec, *, in_sequence: bool = False, shapes=None):
+        super().__init__(None if len(items) == 1 else shapes or [it.shape() for it in items])
         self.items, self.spec = items, spec
         fp32_peak = spec.peak("fp32")
         bw = spec.memory.hbm_bandwidth_bytes_per_s
-        if len(items) == 1:
-            it = items[0]
-            self.shapes, self.offsets = None, None
-
-            def lay(values):
-                return values[0]
-
-            p = it.p
-        else:
-            self.shapes = shapes or [it.shape() for it in items]
-            sizes = [math.prod(s) for s in self.shapes]
-            self.offsets = list(accumulate(sizes, initial=0))
-
-            def lay(values):
-                return _laid(values, self.shapes, sizes, self.offsets)
-
-            p = _params_per_point(items, self.shapes, sizes, self.offsets)
-        self.lay = lay
+        lay = self.lay
+        p = items[0].p if len(items) == 1 else _params_per_point(items, self.shapes, self.sizes, self.offsets)
         tensor = [it.tensor_s(spec) for it in items]
         has_tensor = any(t is not None for t in tensor)
         t_tensor = lay([0.0 if t is None else t for t in tensor]) if has_tensor else None
@@ -316,15 +331,7 @@ class PricedTerms:
 
     def timing(self, i: int) -> Timing:
         """Kernel ``i``'s own timing."""
-        it = self.items[i]
-        if self.offsets is None:
-            cut = _identity
-        else:
-            a, b, shape = self.offsets[i], self.offsets[i + 1], self.shapes[i]
-
-            def cut(x):
-                return x[a:b].reshape(shape) if isinstance(x, np.ndarray) and x.ndim else x
-
+        it, cut = self.items[i], self.cut(i)
         p, losses = it.p, dict(it.losses)
         if _any(p.compute_efficiency < 1):
             losses["compute_efficiency"] = 1 / p.compute_efficiency
@@ -425,7 +432,7 @@ def collective_time(op, spec, profile) -> Timing:
     return PricedCollectives([op], spec, profile).timing(0)
 
 
-class PricedCollectives:
+class PricedCollectives(_EndToEnd):
     """Collectives priced at once, their points laid end to end (each its own shape when
     there is one), each kind's parameters per point: per point, the arithmetic of each
     collective priced alone."""
@@ -440,21 +447,11 @@ class PricedCollectives:
             if np.count_nonzero(np.asarray(op.world_size) > spec.interconnect.gpus_per_node):
                 raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
                                 f"a world size of {op.world_size} would cross nodes, which is not modelled")
-        self.ops, self.spec = ops, spec
+        super().__init__(None if len(ops) == 1 else
+                         shapes or [np.broadcast(op.bytes, op.world_size).shape for op in ops])
+        self.ops, self.spec, lay = ops, spec, self.lay
         works = [op.work() for op in ops]
         self.params = cps = [profile.collective(op.kind) for op in ops]
-        if len(ops) == 1:
-            self.shapes, self.offsets = None, None
-
-            def lay(values):
-                return values[0]
-        else:
-            self.shapes = shapes or [np.broadcast(op.bytes, op.world_size).shape for op in ops]
-            sizes = [math.prod(s) for s in self.shapes]
-            self.offsets = list(accumulate(sizes, initial=0))
-
-            def lay(values):
-                return _laid(values, self.shapes, sizes, self.offsets)
         self.works = works
         link = lay([w.link_bytes for w in works]) / (link_bw * lay([cp.link_efficiency for cp in cps]))
         fixed = lay([cp.latency_s for cp in cps]) + lay([w.link_steps for w in works]) * lay(
@@ -471,15 +468,7 @@ class PricedCollectives:
 
     def timing(self, i: int) -> Timing:
         """Collective ``i``'s own timing."""
-        op, cp, w = self.ops[i], self.params[i], self.works[i]
-        if self.offsets is None:
-            cut = _identity
-        else:
-            a, b, shape = self.offsets[i], self.offsets[i + 1], self.shapes[i]
-
-            def cut(x):
-                return x[a:b].reshape(shape) if isinstance(x, np.ndarray) and x.ndim else x
-
+        op, cp, w, cut = self.ops[i], self.params[i], self.works[i], self.cut(i)
         latency = cut(self.latency_s)
         t = Timing(
             latency_s=latency, bound=cut(self.bound), flops=cut(self.flops), hbm_bytes=w.hbm_bytes,

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinesim.calibration.profile import IDEAL, resolve_profile
@@ -222,6 +222,36 @@ def test_kernels_group_as_the_plan_found_them(model, deploy, batch, prompt, chun
     r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=2, chunk=chunk)
     lists = [phase_kernels(m, d, p.phase) for p in (r.prefill, r.decode)]
     assert _groups(lists) == _plan(m, d, ("prefill", "decode")).groups
+
+
+@pytest.mark.parametrize("model,deploy", [
+    ("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, pp=2, sequence_parallel=True, weights="fp8")),
+    ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")), ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
+    ("mistral-7b-v0.1", dict(eager=True)), ("deepseek-v2-lite", dict(attention="naive", weights="int4")),
+])
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 64), prompt=st.integers(1, 9000), chunk=st.integers(1, 4000))
+def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
+    # a plan replays the arithmetic that sizes its kernels, and prices all of them in a
+    # few passes (parameters per point): every kernel must get the very sizes its builder
+    # gives and the very latency it gets when priced alone
+    from rooflinesim.models.workload import phase_kernels
+    from rooflinesim.rules import in_sequence
+    from rooflinesim.timing import predict
+
+    m, d = load_config(model), Deployment(**deploy)
+    r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=300, chunk=chunk)
+    for p in (r.prefill, r.decode):
+        built = phase_kernels(m, d, p.phase)
+        n = p.phase.n
+        for o, k in zip(p.ops, built):
+            assert (o.name, o.kernel.cls) == (k.name, k.cls)
+            for f, v in k.args.items():
+                assert np.array_equal(np.broadcast_to(o.kernel.args[f], (n,)), np.broadcast_to(v, (n,))), (o.name, f)
+            alone = in_sequence(predict(k.op, H200, FITTED)).latency_s
+            if d.eager:
+                alone = alone + k.launches * d.launch_overhead_s
+            assert np.array_equal(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
 
 
 def test_pipeline_stages_and_bubble():

@@ -32,11 +32,16 @@ compute logits only where they sample) and the AllGather of the logits under TP.
 sliding window caps the keys at window + new tokens (a prefill longer than the window is
 priced as full causal attention). Sampling and the scheduler are not kernels here.
 
-Each op is built once with arrays over the points of a phase (prefill chunks, decode
-contexts, or a sweep), and kernels of one class whose settings agree are stacked into one
-op: a whole prediction is about ten ``predict`` calls. Which kernels stack together, and how
-often each runs on each stage, depend on the model and the deployment only: they are found
-once per pair (``_plan``).
+Speed. Which kernels a step runs, how often each runs on each stage, and which of them
+stack into one op (same class, same settings) depend on the model and the deployment only:
+a plan finds them once per pair (``_plan``), building the kernels on recorded stand-ins for
+a phase's batch, lengths and logits flag (``rooflinesim.trace``). A prediction replays the
+recorded arithmetic on the phase's points (prefill chunks, decode contexts, or a sweep),
+lays the sizes straight into each group's stacked arguments, and prices the groups in a
+few passes: the rules' roofline terms of every group at once (``PricedTerms``), the
+collectives at once, an attention backend's prefill and decode kernels as one group with
+each regime's parameters per point. Per point, the arithmetic is that of each kernel priced
+alone.
 """
 
 from __future__ import annotations
