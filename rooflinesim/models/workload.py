@@ -419,6 +419,8 @@ class _Plan:
         masks = [[(i, k.mask.index) for i, k in enumerate(ks) if isinstance(k.mask, Var)] for ks in self.kernels]
         places = _Places(np.concatenate(constants) if constants else np.zeros(0),
                          [(np.concatenate(p) if p else None, nodes) for p, nodes in dynamic], spans, masks)
+        if len(self._places) > _KEPT:
+            self._places.clear()
         self._places[ns] = places
         return places
 
@@ -444,11 +446,14 @@ class _Plan:
         laid end to end, where each value sits among the groups' stacked points (kept per
         ``ns``: every prediction of the same chunking and decode points shares it)."""
         if ns not in self._sources:
+            if len(self._sources) > _KEPT:
+                self._sources.clear()
             self._sources[ns] = np.argsort(self.rows(ns))
         return self._sources[ns]
 
 
 _INPUTS = ("batch", "seq_q", "seq_kv", "logits")  # the phase's numbers the kernels' sizes follow
+_KEPT = 64  # layouts a plan keeps, per distinct number of points of its phases
 
 
 def _points(x, n: int) -> np.ndarray:
