@@ -271,7 +271,8 @@ def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
         slow = np.where(np.asarray(op.m) <= SKINNY_ROWS, 1.0, fc)
         extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
         # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
-        extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
+        if not _aligned(a):
+            extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
     # a split k also writes fp32 partial tiles and runs the reduction over them
     fixed = (np.asarray(kernels) - 1.0) * p.split_k_s if p.split_k_s else 0.0
@@ -721,8 +722,11 @@ def memory_rule(op, spec, profile) -> Timing:
     return _priced(memory_terms(op, spec, profile), spec)
 
 
+_MEMORY_KEYS = {Copy: "copy", Bookkeeping: "bookkeeping"}  # (the other memory ops: their kind)
+
+
 def memory_terms(op, spec, profile) -> KernelTerms:
-    key = {Copy: "copy", Bookkeeping: "bookkeeping"}.get(type(op)) or op.kind
+    key = _MEMORY_KEYS.get(type(op)) or op.kind
     p = profile.params("memory", key)
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):

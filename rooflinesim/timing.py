@@ -208,6 +208,8 @@ class KernelTerms:
     def aux_s(self, spec, fp32_peak):
         """Time of the vector FLOPs and special functions."""
         w = self.work
+        if _is_zero(w.vector_flops) and _is_zero(w.sfu_ops):  # (matrix-only kernels)
+            return 0.0
         return w.vector_flops / (fp32_peak * self.p.vector_efficiency) + w.sfu_ops / sfu_rate(spec, fp32_peak)
 
 
