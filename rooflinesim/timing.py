@@ -353,6 +353,33 @@ class PricedTerms(_EndToEnd):
         )
 
 
+def price_terms(items: list[KernelTerms], spec, *, in_sequence: bool = False, shapes: list) -> "PricedTerms":
+    """``items`` priced at once (PricedTerms), or one by one when they have many points
+    (a sweep: there the per-point parameters and the laying end to end cost more than
+    the calls they save); the answer looks the same either way."""
+    if sum(math.prod(s) for s in shapes) <= APART_POINTS:
+        return PricedTerms(items, spec, in_sequence=in_sequence, shapes=shapes)
+    return _Apart([PricedTerms([it], spec, in_sequence=in_sequence) for it in items], shapes)
+
+
+APART_POINTS = 2048  # points of all kernels above which they are priced one by one
+
+
+class _Apart(_EndToEnd):
+    """Kernels priced one by one, their answers laid end to end as PricedTerms lays them."""
+
+    def __init__(self, parts: list, shapes: list):
+        super().__init__(shapes)
+        self.parts = parts
+        for name in ("latency_s", "flops", "hbm_bytes"):
+            setattr(self, name, self.lay([getattr(p, name) for p in parts]))
+        self.bound = np.concatenate([np.broadcast_to(np.asarray(p.bound, dtype=object), (n,))
+                                     for p, n in zip(parts, self.sizes)])
+
+    def timing(self, i: int) -> Timing:
+        return self.parts[i].timing(0)
+
+
 def _identity(x):
     return x
 

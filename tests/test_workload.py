@@ -254,6 +254,24 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
             assert np.array_equal(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
 
 
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_kernels_priced_apart_or_at_once_agree(monkeypatch, phase):
+    # many points are priced kernel by kernel, few at once: the same numbers either way
+    from rooflinesim import timing
+
+    m, d = load_config("deepseek-v3"), Deployment(tp=8, ep=8, weights="fp8", kv_cache="fp8")
+    rng = np.random.default_rng(5)
+    batch, ctx = rng.integers(1, 64, 300), rng.integers(100, 9000, 300)
+    runs = []
+    for points in (0, 10**9):
+        monkeypatch.setattr(timing, "APART_POINTS", points)
+        s = sweep(m, H200, FITTED, d, batch=batch, context=ctx, phase=phase)
+        runs.append((s.step_s, s.table(), [o.timing.latency_s for o in s.ops]))
+    (a, ta, la), (b, tb, lb) = runs
+    assert np.array_equal(a, b) and ta == tb
+    assert all(np.array_equal(x, y) for x, y in zip(la, lb))
+
+
 def test_pipeline_stages_and_bubble():
     m = load_config("llama-3-8b")  # 32 layers
     one = run(m, batch=8, prompt=128, pp=1)

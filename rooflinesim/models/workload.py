@@ -62,7 +62,7 @@ from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
 from ..rules import PER_POINT, in_sequence, terms_for
-from ..timing import PricedCollectives, PricedTerms, Timing, predict, with_fields
+from ..timing import PricedCollectives, Timing, predict, price_terms, with_fields
 from ..trace import Tape, Var
 from .deploy import ATTENTION, Deployment, kv_bytes_per_token_per_gpu, shard, weight_bytes_per_gpu
 
@@ -525,7 +525,7 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
     sizes = [sum(ns[j] for j, _ in g.members) for g in plan.groups]
     terms = [terms_for(op, spec, profile) for op in ops]
     batched = [i for i, t in enumerate(terms) if t is not None]
-    batch = (PricedTerms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
+    batch = (price_terms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
              if batched else None)
     # the groups' points in group order: runs of priced groups as slices of the batch,
     # the collectives (last in a plan) as one more batch, any other op from its timing
