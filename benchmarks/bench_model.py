@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -65,9 +64,10 @@ def parts(model, gpu, deploy, repeats) -> dict:
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
-    from rooflinesim.models.workload import _plan, predict_model
+    from rooflinesim.models.plan import _plan
+    from rooflinesim.models.workload import predict_model
     from rooflinesim.rules import terms_for
-    from rooflinesim.timing import PricedCollectives, PricedTerms
+    from rooflinesim.pricing import PricedCollectives, PricedTerms
 
     spec, cfg = load_spec(gpu), load_config(model)
     prof, d = resolve_profile(spec, None), Deployment(**deploy)

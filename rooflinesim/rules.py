@@ -16,8 +16,8 @@ from .ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from .ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from .ops.moe import GroupedGemm, MoE
 from .ops.sequence import Sequence
-from .timing import (KernelTerms, PricedTerms, Timing, collective_time, corner, logistic, sum_timings,
-                     with_fields)
+from .pricing import KernelTerms, PricedTerms, collective_time
+from .timing import Timing, corner, logistic, sum_timings, with_fields
 
 ALIGN_BYTES = 16
 KEY_TILE = 128  # keys an attention block loads at a time
@@ -294,7 +294,6 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     at once along two trailing axes, in single precision (it only picks one); the fastest
     (the first of equals) is then priced in double."""
     m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
-    shape = np.broadcast_shapes(m.shape, n.shape, k.shape, np.shape(op.batch))
     tiles_mn = np.array(TILED_TILES[regime], dtype=float)
     splits = np.array(TILED_SPLITS, dtype=float)
     sms = spec.chip.sm_count

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rooflinesim.symbolic import ceil, is_symbolic, maximum, minimum, where
-from rooflinesim.trace import Tape, Var
+from rooflinesim.trace import Tape
 
 
 def sizes(x, y, z):

@@ -216,7 +216,8 @@ def test_sweep_is_the_pointwise_prediction():
 def test_kernels_group_as_the_plan_found_them(model, deploy, batch, prompt, chunk):
     # the plan of a (model, deployment) is found once, from one small step of each phase:
     # the kernels of any step must fall into the same groups, in the same order
-    from rooflinesim.models.workload import _groups, _plan, phase_kernels
+    from rooflinesim.models.kernels import phase_kernels
+    from rooflinesim.models.plan import _groups, _plan
 
     m, d = load_config(model), Deployment(**deploy)
     r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=2, chunk=chunk)
@@ -235,7 +236,7 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
     # a plan replays the arithmetic that sizes its kernels, and prices all of them in a
     # few passes (parameters per point): every kernel must get the very sizes its builder
     # gives and the very latency it gets when priced alone
-    from rooflinesim.models.workload import phase_kernels
+    from rooflinesim.models.kernels import phase_kernels
     from rooflinesim.rules import in_sequence
     from rooflinesim.timing import predict
 
@@ -257,14 +258,14 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_kernels_priced_apart_or_at_once_agree(monkeypatch, phase):
     # many points are priced kernel by kernel, few at once: the same numbers either way
-    from rooflinesim import timing
+    from rooflinesim import pricing
 
     m, d = load_config("deepseek-v3"), Deployment(tp=8, ep=8, weights="fp8", kv_cache="fp8")
     rng = np.random.default_rng(5)
     batch, ctx = rng.integers(1, 64, 300), rng.integers(100, 9000, 300)
     runs = []
     for points in (0, 10**9):
-        monkeypatch.setattr(timing, "APART_POINTS", points)
+        monkeypatch.setattr(pricing, "APART_POINTS", points)
         s = sweep(m, H200, FITTED, d, batch=batch, context=ctx, phase=phase)
         runs.append((s.step_s, s.table(), [o.timing.latency_s for o in s.ops]))
     (a, ta, la), (b, tb, lb) = runs

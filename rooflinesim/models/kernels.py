@@ -1,0 +1,246 @@
+"""The kernels of one forward step of a model on one GPU of each stage.
+
+Kernels of one decoder layer, per GPU (fused where vLLM and TensorRT-LLM fuse):
+  input_norm      the residual add fused into RMSNorm: it reads x and the residual and
+                  writes both, priced as an RMSNorm over twice the rows (the same bytes);
+  qkv_proj        one column-parallel GEMM for q, k and v;
+  rope_kv_cache   RoPE and the write of the new K and V into the cache, one kernel,
+                  priced as a copy of q, k and v;
+  attention       the fused kernel (FA3-class by default) over the cache, causal
+                  bottom-right: a chunk of new tokens attends to every earlier token;
+  o_proj          row-parallel GEMM, then an AllReduce of [tokens, hidden] under TP
+                  (ReduceScatter, and an AllGather before the next GEMM, with sequence
+                  parallelism, which also shards the norms' rows);
+  post_attention_norm, gate_up_proj, act (SiLU(gate) x up as one kernel), down_proj and
+  the second AllReduce.
+Activation quantization for fp8/int8 GEMMs is taken as fused into the kernel before.
+MLA layers (DeepSeek): qkv_a_proj (q_a and kv_a fused, replicated on every TP rank), the
+latent norms and q_b_proj. Prefill expands the latent (kv_b_proj over every cached token)
+and runs MHA with head dim (qk + v) / 2, which makes its FLOPs and K+V bytes exact.
+Decode absorbs kv_b into the query and the output (two batched GEMMs) and runs MQA over
+the cached latent, priced as 2 x heads heads of dim (kv_lora_rank + rope) / 2 over one KV
+head: the query and latent bytes are exact, the FLOPs 6% high (the value product is
+counted at the latent + rope width instead of the latent width).
+MoE layers: the MoE op's kernels (router, fused routing as 3 kernels, dispatch, grouped
+expert GEMMs, combine; all-to-alls only when ep > tp, since within a TP group every rank
+already holds every token) and the shared experts as a dense MLP.
+Around the layers: the embedding gather (plus an AllReduce under TP: vocab-parallel
+embedding), the final norm, the LM head on the last token of each sequence only (engines
+compute logits only where they sample) and the AllGather of the logits under TP. A
+sliding window caps the keys at window + new tokens (a prefill longer than the window is
+priced as full causal attention). Sampling and the scheduler are not kernels here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..dtypes import bytes_per_element
+from ..ops.attention import Attention
+from ..ops.collectives import Collective
+from ..ops.gemm import Gemm
+from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
+from ..ops.moe import MoE
+from .deploy import ATTENTION, Deployment, shard
+
+__all__ = ["Kernel", "Phase", "phase_kernels"]
+
+
+class Kernel(NamedTuple):
+    """One kernel of a forward pass: an op class and its arguments (numbers, or arrays
+    over the points of a phase), how often it runs, and where."""
+
+    name: str
+    cls: type
+    args: dict
+    count: int = 1  # runs per layer ("layer", "dense", "moe") or per forward (others)
+    where: str = "layer"  # layer (every layer), dense, moe, first (stage), last, send
+    mask: Any = 1  # per point: 0 where the step skips the kernel (logits of early chunks)
+
+    @property
+    def op(self):
+        """The op itself (built, and validated, on demand)."""
+        return self.cls(**self.args)
+
+    @property
+    def launches(self):
+        """Kernels launched from the host per run."""
+        if self.cls is Bookkeeping:
+            return self.args["kernels"]
+        if self.cls is Attention and self.args.get("variant") == "naive":
+            return 3
+        return 1
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The steps of one phase at ``n`` points: per point, ``batch`` sequences in a
+    microbatch, ``seq_q`` new tokens each, attending to ``seq_kv`` tokens."""
+
+    name: str  # prefill or decode
+    batch: Any
+    seq_q: Any
+    seq_kv: Any
+    sequences: Any  # sequences per step (all microbatches)
+    microbatches: Any = 1
+    logits: Any = 1  # 1 where the step samples a token
+    combine: str = "mean"  # how points make the phase's time: "sum" (chunks) or "mean"
+    n: int = 1
+
+
+class _Shapes:
+    """Numbers every builder uses."""
+
+    def __init__(self, model, d: Deployment, ph: Phase, sh):
+        self.model, self.d, self.ph, self.sh = model, d, ph, sh
+        self.h = model.hidden_size
+        self.b, self.sq, self.skv = ph.batch, ph.seq_q, ph.seq_kv
+        self.T = ph.batch * ph.seq_q  # tokens in the step, per microbatch
+        self.act, self.ab = d.activations, bytes_per_element(d.activations)
+        self.sp = d.sequence_parallel and d.tp > 1
+        self.norm_rows = np.ceil(self.T / d.tp) if self.sp else self.T
+
+    def gemm(self, name, m, n, k, dtype=None, batch=1, **kw) -> Kernel:
+        return Kernel(name, Gemm, dict(m=m, n=n, k=k, batch=batch, dtype=dtype or self.d.weights,
+                                       group_size=self.d.group_size), **kw)
+
+    def norm(self, name, width, rows=None, **kw) -> Kernel:
+        rows = self.norm_rows if rows is None else rows
+        return Kernel(name, Norm, dict(tokens=rows, hidden=width, dtype=self.act, kind="rmsnorm"), **kw)
+
+    def add_norm(self, name, **kw) -> Kernel:
+        """Residual add fused into RMSNorm: x and the residual read, both written; priced
+        as an RMSNorm over twice the rows (the same bytes, one row walk per row)."""
+        return self.norm(name, self.h, rows=2 * self.norm_rows, **kw)
+
+    def collective(self, name, kind, nbytes, world, **kw) -> Kernel:
+        return Kernel(name, Collective, dict(kind=kind, bytes=nbytes, world_size=world,
+                                             algorithm="ring", dtype=self.act), **kw)
+
+    def reduce(self, name, where) -> list[Kernel]:
+        """After a row-parallel GEMM: AllReduce (or ReduceScatter) of [tokens, hidden]."""
+        if self.d.tp == 1:
+            return []
+        kind = "reducescatter" if self.sp else "allreduce"
+        return [self.collective(f"{name}_{kind}", kind, self.T * self.h * self.ab, self.d.tp, where=where)]
+
+    def gather(self, name, where) -> list[Kernel]:
+        """Before a column-parallel GEMM under sequence parallelism: AllGather the tokens."""
+        if not self.sp:
+            return []
+        return [self.collective(f"{name}_allgather", "allgather", self.T * self.h * self.ab,
+                                self.d.tp, where=where)]
+
+
+def phase_kernels(model, d: Deployment, ph: Phase, sh=None) -> list[Kernel]:
+    """Every kernel of one forward step of ``ph`` on one GPU of each stage (``sh``: the
+    deployment's sharding of the model, computed when not given)."""
+    s = _Shapes(model, d, ph, sh or shard(model, d))
+    ks = _ends(s)
+    ks += _mla(s) if model.is_mla else _gqa(s)
+    if "dense" in model.layer_kinds:
+        ks += [s.add_norm("post_attention_norm", where="dense"), *s.gather("mlp", "dense"),
+               *_mlp(s, "", s.sh.ffn, "dense"), *s.reduce("mlp", "dense")]
+    if "moe" in model.layer_kinds:
+        ks += [s.add_norm("post_attention_norm", where="moe"), *s.gather("moe", "moe"),
+               *_moe(s)]
+        if s.sh.shared_ffn:
+            ks += _mlp(s, "shared_", s.sh.shared_ffn, "moe")
+        ks += s.reduce("moe", "moe")
+    return ks
+
+
+def _attention(s: _Shapes, **args) -> Kernel:
+    window = s.model.sliding_window
+    skv = np.minimum(s.skv, s.sq + window) if window else s.skv
+    return Kernel("attention", Attention, dict(batch=s.b, seq_q=s.sq, seq_kv=skv, causal=True,
+                                               dtype=s.act, **args, **ATTENTION[s.d.attention]))
+
+
+def _gqa(s: _Shapes) -> list[Kernel]:
+    m, H, KV, hd = s.model, s.sh.heads, s.sh.kv_heads, s.model.head_dim
+    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer"),
+          s.gemm("qkv_proj", s.T, (H + 2 * KV) * hd, s.h)]
+    if m.qk_norm:  # per-head RMSNorm of q and k
+        ks.append(s.norm("qk_norm", hd, rows=s.T * (H + KV)))
+    ks += [Kernel("rope_kv_cache", Copy, dict(bytes=s.T * (H + 2 * KV) * hd * s.ab)),
+           _attention(s, heads=H, kv_heads=KV, head_dim=hd, kv_dtype=s.d.kv_cache),
+           s.gemm("o_proj", s.T, s.h, H * m.v_head_dim), *s.reduce("attn", "layer")]
+    return ks
+
+
+def _mla(s: _Shapes) -> list[Kernel]:
+    m, H, T = s.model, s.sh.heads, s.T
+    nope, rope, vd, latent = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer")]
+    if m.q_lora_rank:
+        ql = m.q_lora_rank
+        ks += [s.gemm("qkv_a_proj", T, ql + latent + rope, s.h), s.norm("q_a_norm", ql, rows=T),
+               s.norm("kv_a_norm", latent, rows=T), s.gemm("q_b_proj", T, H * m.head_dim, ql)]
+    else:
+        ks += [s.gemm("q_proj", T, H * m.head_dim, s.h), s.gemm("kv_a_proj", T, latent + rope, s.h),
+               s.norm("kv_a_norm", latent, rows=T)]
+    ks.append(Kernel("rope_kv_cache", Copy, dict(bytes=T * (H * rope + latent + rope) * s.ab)))
+    if s.ph.name == "prefill":  # expand every cached token's latent, then MHA
+        ks += [s.gemm("kv_b_proj", s.b * s.skv, H * (nope + vd), latent),
+               _attention(s, heads=H, kv_heads=H, head_dim=(m.head_dim + vd) / 2, kv_dtype=s.act)]
+    else:  # absorbed: MQA over the latent
+        ks += [s.gemm("q_absorb", T, latent, nope, dtype=s.act, batch=H),
+               _attention(s, heads=2 * H, kv_heads=1, head_dim=(latent + rope) / 2,
+                          kv_dtype=s.d.kv_cache),
+               s.gemm("v_absorb", T, vd, latent, dtype=s.act, batch=H)]
+    ks += [s.gemm("o_proj", T, s.h, H * vd), *s.reduce("attn", "layer")]
+    return ks
+
+
+def _mlp(s: _Shapes, prefix: str, width: int, where: str) -> list[Kernel]:
+    kind = "gelu_mul" if "gelu" in s.model.hidden_act else "silu_mul"
+    return [s.gemm(f"{prefix}gate_up_proj", s.T, 2 * width, s.h, where=where),
+            Kernel(f"{prefix}act", Elementwise, dict(elements=s.T * width, kind=kind, dtype=s.act),
+                   where=where),
+            s.gemm(f"{prefix}down_proj", s.T, s.h, width, where=where)]
+
+
+def _moe(s: _Shapes) -> list[Kernel]:
+    m = s.model
+    op = MoE(tokens=s.T * s.sh.moe_token_factor, hidden=s.h, ffn=s.sh.expert_ffn,
+             experts=m.num_experts, top_k=m.num_experts_per_tok, dtype=s.d.weights,
+             act_dtype=s.act, ep=s.d.ep, routing_kernels=3, eager=False)
+    # ep <= tp: every rank of the TP group already holds every token, so the experts'
+    # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
+    skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()
+    return [Kernel(f"moe_{name}", cls, _all_args(cls, args), where="moe")
+            for name, cls, args in op.kernel_args() if name not in skip]
+
+
+def _all_args(cls, args: dict) -> dict:
+    """Every field of op class ``cls``, in field order: ``args``, else its default."""
+    return {f: args[f] if f in args else default for f, default in _defaults(cls)}
+
+
+@lru_cache(maxsize=None)
+def _defaults(cls) -> tuple:
+    return tuple((f.name, f.default) for f in fields(cls))
+
+
+def _ends(s: _Shapes) -> list[Kernel]:
+    """Embedding (first stage), final norm and LM head (last stage), stage hand-offs."""
+    d, T, h = s.d, s.T, s.h
+    ks = [Kernel("embed", Gather, dict(rows_in=T, rows_out=T, width=h, dtype=s.act), where="first")]
+    if d.tp > 1:  # vocab-parallel embedding: each rank looks up its rows, then AllReduce
+        ks.append(s.collective("embed_allreduce", "allreduce", T * h * s.ab, d.tp, where="first"))
+    ks += [s.add_norm("final_norm", where="last"), *s.gather("final", "last"),
+           s.gemm("lm_head", s.b, s.sh.vocab, h, dtype=s.act, where="last", mask=s.ph.logits)]
+    if d.tp > 1:
+        ks.append(s.collective("logits_allgather", "allgather", s.b * s.sh.vocab * d.tp * s.ab,
+                               d.tp, where="last", mask=s.ph.logits))
+    if d.pp > 1:  # activations to the next stage: a send of S bytes priced as a 2-GPU
+        # AllGather of 2S (each GPU sends S over its link)
+        ks.append(s.collective("pp_send", "allgather", 2 * T * h * s.ab, 2, where="send"))
+    return ks
+
+
