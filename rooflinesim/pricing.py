@@ -76,12 +76,8 @@ class KernelTerms:
         return w.vector_flops / (fp32_peak * self.p.vector_efficiency) + w.sfu_ops / sfu_rate(spec, fp32_peak)
 
 
-def kernel_time(work: Work, spec, p, *, compute_scale=1.0, overlap_aux=False, memory_scale=1.0,
-                losses=None, kernels=None, extra_s=0.0, fixed_s=0.0) -> Timing:
-    """Time one kernel (or a fused group of kernels) from its work under parameters ``p``
-    (see KernelTerms)."""
-    terms = KernelTerms(work, p, compute_scale, overlap_aux, memory_scale, losses or {}, kernels, extra_s,
-                        fixed_s)
+def price_one(terms: KernelTerms, spec) -> Timing:
+    """One kernel's timing from its terms."""
     return PricedTerms([terms], spec).timing(0)
 
 
@@ -185,7 +181,7 @@ class PricedTerms(_EndToEnd):
         self.sequence_s = None
         sequence = lay([it.sequence_s for it in items])
         if not _is_zero(sequence):
-            self.sequence_s = np.where(np.asarray(self.bound) != "compute", sequence, 0.0)
+            self.sequence_s = sequence_time(self.bound, sequence)
             if in_sequence:
                 latency, launch = latency + self.sequence_s, launch + self.sequence_s
         self.flops = lay([math_flops(it.work) for it in items])
@@ -214,6 +210,12 @@ class PricedTerms(_EndToEnd):
             compute_s=cut(self.compute_s), hbm_s=cut(self.hbm_s), l2_s=cut(self.l2_s),
             launch_s=cut(self.launch_s), losses=losses,
         )
+
+
+def sequence_time(bound, seconds):
+    """The extra time of a kernel that is not compute-bound where it runs among other
+    kernels (see rules.in_sequence), per point of its ``bound``."""
+    return np.where(np.asarray(bound) != "compute", seconds, 0.0)
 
 
 def price_terms(items: list[KernelTerms], spec, *, in_sequence: bool = False, shapes: list) -> "PricedTerms":
@@ -270,11 +272,11 @@ _PLAIN = (float, int, bool)
 
 def _any(x) -> bool:
     """Whether a flag or number (or any point of an array of them) is set."""
-    return bool(x) if type(x) in (bool, float, int) else bool(np.count_nonzero(x))
+    return bool(x) if type(x) in _PLAIN else bool(np.count_nonzero(x))
 
 
 def _all(x) -> bool:
-    return bool(x) if type(x) in (bool, float, int) else np.count_nonzero(x) == np.size(x)
+    return bool(x) if type(x) in _PLAIN else np.count_nonzero(x) == np.size(x)
 
 
 _PER_POINT_PARAMS: dict = {}
@@ -311,7 +313,7 @@ class _ParamsPerPoint:
 
 def _per_point(values: list, shapes: list, sizes: list, offsets: list):
     first = values[0]
-    if type(first) in (float, int, bool) and all(type(v) in (float, int, bool) for v in values):
+    if type(first) in _PLAIN and all(type(v) in _PLAIN for v in values):
         if all(v == first for v in values):
             return first
         return np.repeat(np.array(values, dtype=float), sizes)

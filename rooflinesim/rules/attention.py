@@ -85,10 +85,12 @@ def _attention_choice(op: Attention, spec, profile) -> list:
             for name, mask in attention_regimes(op, spec.chip.sm_count)]
 
 
-def attention_terms(op: Attention, spec, profile) -> KernelTerms | None:
+def attention_terms(op: Attention, spec, profile, choice=None) -> KernelTerms | None:
     """The terms of an attention op: its points' regimes' parameters per point (None
-    where the regimes split the keys differently)."""
-    present = [(m, p) for m, p in _attention_choice(op, spec, profile) if np.count_nonzero(m)]
+    where the regimes split the keys differently). ``choice``: _attention_choice(op),
+    where the caller has it."""
+    choice = _attention_choice(op, spec, profile) if choice is None else choice
+    present = [(m, p) for m, p in choice if np.count_nonzero(m)]
     if len(present) == 1:
         return _attention_terms(op, spec, present[0][1])
     if any(p.split_kv != present[0][1].split_kv for _, p in present):
@@ -97,11 +99,11 @@ def attention_terms(op: Attention, spec, profile) -> KernelTerms | None:
 
 
 def attention_rule(op: Attention, spec, profile) -> Timing:
-    terms = attention_terms(op, spec, profile)
+    choice = _attention_choice(op, spec, profile)
+    terms = attention_terms(op, spec, profile, choice)
     if terms is not None:
         return _priced(terms, spec)
-    return by_regime(op, [(mask, lambda o, p=p: _attention_time(o, spec, p))
-                          for mask, p in _attention_choice(op, spec, profile)])
+    return by_regime(op, [(mask, lambda o, p=p: _attention_time(o, spec, p)) for mask, p in choice])
 
 
 def attention_regimes(op: Attention, sms: int) -> list:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import UserError
-from ..pricing import KernelTerms, PricedTerms
+from ..pricing import KernelTerms, _any, price_one
 from ..timing import Timing, with_fields
 
 
@@ -19,7 +19,7 @@ def _require(spec, rate: str, what: str):
 
 
 def _priced(terms: KernelTerms, spec) -> Timing:
-    return PricedTerms([terms], spec).timing(0)
+    return price_one(terms, spec)
 
 
 def in_sequence(t: Timing) -> Timing:
@@ -35,9 +35,7 @@ def _with_fixed(t: Timing, seconds) -> Timing:
     return with_fields(t, latency_s=t.latency_s + seconds, launch_s=t.launch_s + seconds)
 
 
-def _on(x) -> bool:
-    """Whether a parameter (a number, or an array of one per point) is set anywhere."""
-    return bool(x) if _plain(x) else bool(np.count_nonzero(x))
+_on = _any  # whether a parameter (a number, or an array of one per point) is set anywhere
 
 
 def _plain(x) -> bool:

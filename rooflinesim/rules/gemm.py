@@ -11,7 +11,7 @@ import numpy as np
 from ..dtypes import bytes_per_element
 from ..ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from ..ops.moe import GroupedGemm
-from ..pricing import KernelTerms
+from ..pricing import KernelTerms, sequence_time
 from ..timing import Timing, corner, logistic
 from .common import _priced, _require, _wave_efficiency, _waves, by_regime
 
@@ -211,7 +211,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     dependent = _sequence_s(profile)
     if dependent:
         # (added where the GEMM runs in a sequence: see in_sequence)
-        t.losses["in_sequence_s"] = np.where(np.asarray(t.bound) != "compute", dependent, 0.0)
+        t.losses["in_sequence_s"] = sequence_time(t.bound, dependent)
     return t
 
 
