@@ -1,11 +1,14 @@
 """Speed of whole-model predictions (run: python benchmarks/bench_model.py).
 
 Measures, on this machine, with the spec and calibration profile loaded once:
-  * one full prediction (prefill and decode, with the per-kernel breakdown of both);
+  * one full prediction (prefill and decode, with the per-kernel breakdown of both) of
+    another random request each repeat: from the second prediction of a shape (points
+    per phase) on, a model's pricing is recorded once and replayed (models/recorded.py);
   * one vectorized sweep of decode steps over 1,000 (batch, context) points, and of
     prefills over 1,000 (batch, prompt) points;
   * the cold wall time of one `predict model` CLI call in a fresh process;
-  * with --parts, where a full prediction's time goes.
+  * with --parts, the first and second predictions of a shape (priced as written, and
+    recorded), and where a replayed prediction's time goes.
 Goals (README): a full prediction under 1 ms; a 1,000-point sweep under 20 ms.
 Times are the minimum and the median over repeats (the minimum is the machine's speed,
 the median what a busy machine gives).
@@ -38,61 +41,85 @@ def timed(f, repeats: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def full_prediction(model, gpu, deploy, repeats):
+def _setup(model, gpu, deploy):
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
+
+    spec = load_spec(gpu)
+    return load_config(model), spec, resolve_profile(spec, None), Deployment(**deploy)
+
+
+def _requests(n: int) -> list[dict]:
+    """Requests of random batch (1-256), prompt (128-8192) and gen (16-1024): each
+    repeat predicts another one (one prompt chunk and four decode points, the shape of
+    every such prediction)."""
+    rng = np.random.default_rng(0)
+    return [dict(batch=int(rng.integers(1, 257)), prompt=int(rng.integers(128, 8193)),
+                 gen=int(rng.integers(16, 1025))) for _ in range(n)]
+
+
+def full_prediction(model, gpu, deploy, repeats):
+    """One full prediction, prefill and decode with both tables, of another request each
+    repeat (the first repeats of a shape record its pricing; see models/recorded.py)."""
     from rooflinesim.models.workload import predict_model
 
-    spec, cfg = load_spec(gpu), load_config(model)
-    prof, d = resolve_profile(spec, None), Deployment(**deploy)
+    cfg, spec, prof, d = _setup(model, gpu, deploy)
+    requests = iter(_requests(repeats + 1))
 
     def once():
-        r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+        r = predict_model(cfg, spec, prof, d, **next(requests))
         r.prefill.table(), r.decode.table()
 
+    predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)  # (the shape seen once)
     return timed(once, repeats)
 
 
-def parts(model, gpu, deploy, repeats) -> dict:
-    """Where one full prediction's time goes (ms, minimum over repeats of each part run
-    alone): the replay of the plan's recorded sizes, each group's rule terms, the
-    roofline of all of them, the collectives, and the tables; the rest is the whole
-    prediction less these."""
-    from rooflinesim.calibration.profile import resolve_profile
-    from rooflinesim.hardware import load_spec
-    from rooflinesim.models.config import load_config
-    from rooflinesim.models.deploy import Deployment
+def first_predictions(model, gpu, deploy, repeats) -> dict:
+    """The first prediction of a shape (priced as written) and the second (recorded), ms."""
     from rooflinesim.models.plan import _plan
     from rooflinesim.models.workload import predict_model
-    from rooflinesim.rules import terms_for
-    from rooflinesim.pricing import PricedCollectives, PricedTerms
 
-    spec, cfg = load_spec(gpu), load_config(model)
-    prof, d = resolve_profile(spec, None), Deployment(**deploy)
-    r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
-    phases = [r.prefill.phase, r.decode.phase]
+    cfg, spec, prof, d = _setup(model, gpu, deploy)
     plan = _plan(cfg, d, ("prefill", "decode"))
-    args = plan.arguments(phases)
-    ops = [g.op(a, f) for g, a, f in zip(plan.groups, args.groups, plan.fields)]
-    terms = [terms_for(op, spec, prof) for op in ops]
-    priced = [(op, t) for op, t in zip(ops, terms) if t is not None]
-    links = [op for op, t in zip(ops, terms) if t is None]
-    out = {"replay of the sizes": timed(lambda: plan.arguments(phases), repeats)[0]}
-    for op, _ in priced:
-        label = f"terms, {type(op).__name__}" + (f" {op.dtype}" if hasattr(op, "dtype") else "")
-        out[label] = out.get(label, 0.0) + timed(lambda op=op: terms_for(op, spec, prof), repeats)[0]
-    shapes = [(int(np.size(t.work.hbm_bytes)),) for _, t in priced]
-    out[f"roofline of {len(priced)} groups at once"] = timed(
-        lambda: PricedTerms([t for _, t in priced], spec, in_sequence=True, shapes=shapes), repeats)[0]
-    if links:
-        out[f"{len(links)} collective groups at once"] = timed(lambda: PricedCollectives(links, spec, prof), repeats)[0]
-    out["tables"] = timed(lambda: (r.prefill.table(), r.decode.table()), repeats)[0]
+    out = {}
+    for label, calls in (("first prediction of a shape (priced as written)", 1),
+                         ("second prediction of a shape (recorded)", 2)):
+        times = []
+        for _ in range(repeats):
+            plan.recorded.clear()
+            for i in range(calls):
+                t0 = time.perf_counter()
+                predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+            times.append(time.perf_counter() - t0)
+        out[label] = min(times) * 1e3
+    return out
+
+
+def parts(model, gpu, deploy, repeats) -> dict:
+    """Where one full (replayed) prediction's time goes (ms, minimum over repeats of each
+    part run alone): the replayed pricing, the two tables, and the rest (the phases'
+    numbers, the combination into stages and steps, the result objects)."""
+    from rooflinesim.models.plan import _inputs, _plan
+    from rooflinesim.models.workload import predict_model
+
+    cfg, spec, prof, d = _setup(model, gpu, deploy)
+    for _ in range(3):
+        r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+    plan = _plan(cfg, d, ("prefill", "decode"))
+    phases = [r.prefill.phase, r.decode.phase]
+    found = plan.recorded[(tuple(ph.n for ph in phases), id(spec), id(prof))]
+    function = found.replays[0][0]
+    inputs = _inputs(phases)
+    out = {"replayed pricing": timed(lambda: function(*inputs), repeats)[0],
+           "tables": timed(lambda: (r.prefill.table(), r.decode.table()), repeats)[0]}
     whole = full_prediction(model, gpu, deploy, repeats)[0]
     out["rest"] = whole - sum(out.values())
     out["whole"] = whole
-    return {k: v * 1e3 for k, v in out.items()}
+    out = {k: v * 1e3 for k, v in out.items()}
+    out["calls replayed"] = function.calls
+    return out
 
 
 def sweep_points(model, gpu, deploy, phase, n, repeats):
@@ -105,10 +132,10 @@ def sweep_points(model, gpu, deploy, phase, n, repeats):
     spec, cfg = load_spec(gpu), load_config(model)
     prof, d = resolve_profile(spec, None), Deployment(**deploy)
     rng = np.random.default_rng(0)
-    batch = rng.integers(1, 257 if phase == "decode" else 17, n)
-    context = rng.integers(128, 8193, n)
 
-    def once():
+    def once():  # (other random points each repeat)
+        batch = rng.integers(1, 257 if phase == "decode" else 17, n)
+        context = rng.integers(128, 8193, n)
         r = sweep(cfg, spec, prof, d, batch=batch, context=context, phase=phase)
         assert r.step_s.shape == (n,)
 
@@ -132,8 +159,8 @@ def main() -> None:
     if args.parts:
         for label, model, gpu, deploy in CASES:
             print(label)
-            for k, v in parts(model, gpu, deploy, max(args.repeats, 200)).items():
-                print(f"  {k:40s} {v:7.3f} ms")
+            for k, v in {**first_predictions(model, gpu, deploy, 10), **parts(model, gpu, deploy, max(args.repeats, 200))}.items():
+                print(f"  {k:50s} " + (f"{v:7.3f} ms" if isinstance(v, float) else f"{v:7d}"))
         return
     out: dict[str, float] = {}
     for label, model, gpu, deploy in CASES:
@@ -141,7 +168,7 @@ def main() -> None:
         out[f"full prediction, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
     for label, model, gpu, deploy in CASES[:3]:
         for phase in ("decode", "prefill"):
-            lo, med = sweep_points(model, gpu, deploy, phase, args.points, max(5, args.repeats // 5))
+            lo, med = sweep_points(model, gpu, deploy, phase, args.points, max(10, args.repeats // 5))
             out[f"{args.points}-point {phase} sweep, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
     out["cold CLI `predict model` (s, median)"] = cold_cli(5)
     if args.json:

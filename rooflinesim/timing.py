@@ -5,12 +5,14 @@ pricing shares (the corner, the bound, the intensity, the smooth size step), and
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from .work import Work
+from .trace import Var, asarray, record
 
 BOUNDS = ("compute", "hbm", "l2", "link", "launch")
 
@@ -52,7 +54,7 @@ def with_fields(t: Timing, **changes) -> Timing:
 
 
 def _plain(x):
-    a = np.asarray(x)
+    a = asarray(x)
     if a.ndim == 0:
         v = a.item()
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
@@ -64,7 +66,7 @@ def corner(terms, p):
     top = terms[0]
     for t in terms[1:]:
         top = np.maximum(top, t)
-    if not isinstance(top, np.ndarray) or top.ndim == 0:
+    if not isinstance(top, (np.ndarray, Var)) or top.ndim == 0:
         return _scalar_corner([float(t) for t in terms], p)
     if p is None:
         return top
@@ -98,13 +100,18 @@ def _all_positive(x) -> bool:
 def _bound(named: dict):
     """The name of the largest value (per point, for arrays; the first on ties)."""
     values = list(named.values())
-    shape = np.broadcast(*values).shape
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values))
     if not shape:
         return max(named, key=lambda k: float(named[k]))
+    return record(operator.getitem, _names(tuple(named)), record(_largest, values, shape))
+
+
+def _largest(values: list, shape: tuple) -> np.ndarray:
+    """Per point of ``shape``: the index of the largest of ``values`` (the first on ties)."""
     stack = np.empty((len(values), *shape))
     for i, v in enumerate(values):
         stack[i] = v
-    return _names(tuple(named))[stack.argmax(axis=0)]
+    return stack.argmax(axis=0)
 
 
 @lru_cache(maxsize=None)
@@ -119,8 +126,8 @@ def sfu_rate(spec, fp32_peak=None):
 
 
 def _intensity(flops, hbm_bytes):
-    b = np.asarray(hbm_bytes, dtype=float)
-    f = np.asarray(flops, dtype=float)
+    b = asarray(hbm_bytes, dtype=float)
+    f = asarray(flops, dtype=float)
     if b.ndim == 0 and f.ndim == 0:
         return float(f) / float(b) if b > 0 else np.inf
     if b.size and _all_positive(b):

@@ -255,6 +255,67 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
             assert np.array_equal(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
 
 
+REPLAYED = [("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, weights="fp8")),
+            ("mixtral-8x7b", dict(tp=2, weights="fp8")),
+            ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
+            ("llama-3-70b", dict(tp=2, pp=2, sequence_parallel=True)),
+            ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")),
+            ("qwen2-72b", dict(tp=4, eager=True, weights="int4")), ("deepseek-v2-lite", dict(attention="naive"))]
+
+
+@pytest.mark.parametrize("model,deploy", REPLAYED)
+@settings(max_examples=12, deadline=None)
+@given(batch=st.integers(1, 256), prompt=st.integers(1, 9000), gen=st.integers(1, 600),
+       chunk=st.sampled_from([None, 512, 1500]))
+def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch, prompt, gen, chunk):
+    # a plan's pricing is recorded at its second prediction of a shape, and replayed
+    # after: the replay must give the very numbers of the code run directly
+    from rooflinesim.models import recorded, workload
+    from rooflinesim.models.plan import _plan
+
+    m, d = load_config(model), Deployment(**deploy)
+    plan = _plan(m, d, ("prefill", "decode"))
+    plan.recorded.clear()
+    kw = dict(batch=batch, prompt=prompt, gen=gen, chunk=chunk)
+    for _ in range(3):  # (priced as written, recorded, replayed)
+        got = predict_model(m, H200, FITTED, d, **kw)
+    found = plan.recorded[((got.prefill.phase.n, got.decode.phase.n), id(H200), id(FITTED))]
+    assert found.error is None and len(found.replays) == 1 and found.misses == 0
+
+    def as_written(plan, phases, spec, profile):
+        return recorded.as_written(plan, [x for p in phases for x in recorded._inputs([p])],
+                                   tuple(p.n for p in phases), spec, profile)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workload, "plan_priced", as_written)
+        want = predict_model(m, H200, FITTED, d, **kw)
+    for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
+        assert np.array_equal(a.step_s, b.step_s) and np.array_equal(a.stage_s, b.stage_s)
+        assert np.array_equal(a.latency_s, b.latency_s)
+        assert np.array_equal(a.priced.flops, b.priced.flops) and np.array_equal(a.priced.hbm_bytes, b.priced.hbm_bytes)
+        assert np.array_equal(a.priced.bound, b.priced.bound) and a.table() == b.table()
+        for x, y in zip(a.ops, b.ops):  # (the sizes, replayed when asked for)
+            assert all(np.array_equal(v, y.kernel.args[f]) for f, v in x.kernel.args.items())
+        assert np.array_equal(a.ops[0].timing.latency_s, b.ops[0].timing.latency_s)
+
+
+@pytest.mark.parametrize("model,deploy", REPLAYED[:4])
+def test_predictions_of_one_shape_replay_one_recording(model, deploy):
+    # the benchmark's deployments: predictions at any batch, prompt and gen (one prompt
+    # chunk, four decode points) replay one recording, whose guards hold
+    from rooflinesim.models.plan import _plan
+
+    m, d = load_config(model), Deployment(**deploy)
+    plan = _plan(m, d, ("prefill", "decode"))
+    plan.recorded.clear()  # (other tests' recordings are of other numbers)
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        predict_model(m, H200, FITTED, d, batch=int(rng.integers(1, 512)), prompt=int(rng.integers(16, 32000)),
+                      gen=int(rng.integers(8, 2000)))
+    found = plan.recorded[((1, 4), id(H200), id(FITTED))]
+    assert len(found.replays) == 1 and found.misses == 0
+
+
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_kernels_priced_apart_or_at_once_agree(monkeypatch, phase):
     # many points are priced kernel by kernel, few at once: the same numbers either way

@@ -9,7 +9,8 @@ lays the sizes straight into each group's stacked arguments, and prices the grou
 few passes: the rules' roofline terms of every group at once (``PricedTerms``), the
 collectives at once, an attention backend's prefill and decode kernels as one group with
 each regime's parameters per point. Per point, the arithmetic is that of each kernel priced
-alone.
+alone. That pricing is itself recorded and replayed for predictions of the same shape
+(:mod:`.recorded`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..ops.collectives import Collective
 from ..pricing import PricedCollectives, price_terms
 from ..rules import PER_POINT, in_sequence, terms_for
 from ..timing import Timing, predict, with_fields
-from ..trace import Tape, Var
+from ..trace import Tape, Var, asarray, record
 from .deploy import Deployment, shard
 from .kernels import Kernel, Phase, _all_args, phase_kernels
 
@@ -137,6 +138,7 @@ class _Plan:
         self.member_kernel = np.array([i for _, i in members])
         self._sources: dict = {}
         self._places: dict = {}
+        self.recorded: dict = {}  # (points per phase, spec id, profile id) -> _Recording
         # every field of each group's op, built (and checked) once from a probe
         probe = self.arguments([Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names])
         self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}
@@ -144,14 +146,19 @@ class _Plan:
 
     def arguments(self, phases: list[Phase]) -> "_Arguments":
         """The groups' stacked numeric arguments, and the kernels' masks, at ``phases``."""
-        ns = tuple(ph.n for ph in phases)
+        return self.arguments_at(_inputs(phases), tuple(ph.n for ph in phases))
+
+    def arguments_at(self, inputs: list, ns: tuple) -> "_Arguments":
+        """``arguments`` at the phases' ``inputs`` (_inputs) over ``ns`` points."""
         places = self._places.get(ns) or self._place(ns)
-        values = [tape.replay([_points(getattr(ph, f), ph.n) for f in _INPUTS]) for tape, ph in zip(self.tapes, phases)]
-        laid = places.constants.copy()
-        for j, (at, nodes) in enumerate(places.dynamic):
-            if nodes:
-                laid[at] = np.concatenate([values[j][v] for v in nodes])
-        groups = [{f: laid[a:b] for f, (a, b) in spans.items()} for spans in places.spans]
+        k = len(_INPUTS)
+        values = [tape.replay(inputs[j * k:(j + 1) * k]) for j, tape in enumerate(self.tapes)]
+        pieces = [np.concatenate([values[j][v] for v in nodes]) if nodes else None
+                  for j, (_, nodes) in enumerate(places.dynamic)]
+        laid = record(_lay, places.constants, places.dynamic, pieces)
+        constants = places.constants
+        groups = [{f: (laid if replayed else constants)[a:b] for f, (a, b, replayed) in spans.items()}
+                  for spans in places.spans]
         masks = [[(i, values[j][v]) for i, v in m] for j, m in enumerate(places.masks)]
         return _Arguments(groups, masks, values)
 
@@ -163,20 +170,23 @@ class _Plan:
         for g in self.groups:
             span = {}
             for f in g.numeric:
-                start = at
+                start, replayed = at, False
                 for j, i in g.members:
                     v, n = self.kernels[j][i].args[f], ns[j]
                     if isinstance(v, Var):
                         dynamic[j][0].append(np.arange(at, at + n))
                         dynamic[j][1].append(v.index)
                         constants.append(np.zeros(n))
+                        replayed = True
                     else:
                         constants.append(np.full(n, v, dtype=float))
                     at += n
-                span[f] = (start, at)
+                span[f] = (start, at, replayed)
             spans.append(span)
         masks = [[(i, k.mask.index) for i, k in enumerate(ks) if isinstance(k.mask, Var)] for ks in self.kernels]
-        places = _Places(np.concatenate(constants) if constants else np.zeros(0),
+        constants = np.concatenate(constants) if constants else np.zeros(0)
+        constants.setflags(write=False)  # (the arguments that no phase's numbers change are views of it)
+        places = _Places(constants,
                          [(np.concatenate(p) if p else None, nodes) for p, nodes in dynamic], spans, masks)
         if len(self._places) > _KEPT:
             self._places.clear()
@@ -215,6 +225,21 @@ _INPUTS = ("batch", "seq_q", "seq_kv", "logits")  # the phase's numbers the kern
 _KEPT = 64  # layouts a plan keeps, per distinct number of points of its phases
 
 
+def _inputs(phases: list[Phase]) -> list:
+    """The phases' numbers the kernels' sizes follow, phase by phase (_INPUTS), as arrays
+    over each phase's points."""
+    return [_points(getattr(ph, f), ph.n) for ph in phases for f in _INPUTS]
+
+
+def _lay(constants: np.ndarray, dynamic: list, pieces: list) -> np.ndarray:
+    """The stacked arguments: the constants with each phase's replayed values in place."""
+    laid = constants.copy()
+    for (at, _), piece in zip(dynamic, pieces):
+        if piece is not None:
+            laid[at] = piece
+    return laid
+
+
 def _points(x, n: int) -> np.ndarray:
     """``x`` (a number, or an array of one or ``n`` values) as ``n`` floats."""
     if type(x) in (int, float):
@@ -227,7 +252,7 @@ def _points(x, n: int) -> np.ndarray:
 class _Places(NamedTuple):
     constants: np.ndarray  # every stacked argument, end to end, replayed values left 0
     dynamic: list  # per phase: (positions of its replayed values, their tape indices)
-    spans: list  # per group: field -> (start, end) in the stacked arguments
+    spans: list  # per group: field -> (start, end) in the stacked arguments, whether any is replayed
     masks: list  # per phase: (kernel, tape index) of the masks that follow the phase
 
 
@@ -314,8 +339,8 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
         k += i - run
         for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
             piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
-    stacked = np.array([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
-    bound = np.asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
+    stacked = np.stack([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
+    bound = asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
     # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
     # follow the layout of its operands)
     order = plan.sources(ns)
@@ -337,5 +362,6 @@ def _slice_timing(t: Timing, rows: slice) -> Timing:
         return x[rows] if np.ndim(x) and np.shape(x)[0] == total else x
 
     return with_fields(t, **{f: cut(getattr(t, f)) for f in PER_POINT}, parts=[])
+
 
 

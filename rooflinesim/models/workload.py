@@ -19,7 +19,8 @@ from ..errors import UserError
 from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from .kernels import Kernel, Phase, phase_kernels
-from .plan import _Priced, _plan, _price, _row_sums, _slice_timing
+from .plan import _Priced, _plan, _row_sums, _slice_timing
+from .recorded import priced as plan_priced
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
            "predict_model", "sweep"]
@@ -41,7 +42,7 @@ class OpTime:
     flops: np.ndarray = field(repr=False)
     hbm_bytes: np.ndarray = field(repr=False)
     bound: np.ndarray = field(repr=False)
-    _source: tuple = field(repr=False)  # (stacked timing, this kernel's rows)
+    _source: tuple = field(repr=False)  # (the groups' stacked timings, this kernel's group, its rows)
 
     @property
     def op(self):
@@ -49,7 +50,8 @@ class OpTime:
 
     @property
     def timing(self) -> Timing:
-        t, rows = self._source
+        groups, g, rows = self._source
+        t = groups[g]
         return _slice_timing(t if isinstance(t, Timing) else t(), rows)
 
 
@@ -61,7 +63,7 @@ class PhaseResult:
     phase: Phase
     step_s: np.ndarray  # per point
     stage_s: np.ndarray  # [stage, point]: one microbatch's pass through each stage
-    values: list = field(repr=False)  # the plan's replayed values at this phase's points
+    values: Any = field(repr=False)  # a function: the plan's replayed values at this phase's points
     counts: np.ndarray = field(repr=False)  # runs per forward, per kernel
     latency_s: np.ndarray = field(repr=False)  # [kernel, point], per run, masked
     priced: _Priced = field(repr=False)
@@ -70,7 +72,7 @@ class PhaseResult:
     @cached_property
     def kernels(self) -> list[Kernel]:
         """Every kernel of one step, with its arguments over the phase's points."""
-        return self.priced.plan.materialize(self.priced.phase, self.values)
+        return self.priced.plan.materialize(self.priced.phase, self.values())
 
     @property
     def time_s(self) -> float:
@@ -86,7 +88,7 @@ class PhaseResult:
     def ops(self) -> list[OpTime]:
         p = self.priced
         return [OpTime(k.name, float(c), k, self.latency_s[i], p.flops[i], p.hbm_bytes[i], p.bound[i],
-                       (p.groups[g], rows))
+                       (p.groups, g, rows))
                 for i, (k, c, (g, rows)) in enumerate(zip(self.kernels, self.counts, p.where))]
 
     def table(self) -> list[dict]:
@@ -141,9 +143,8 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
     plan = _plan(model, d, tuple(ph.name for ph in phases))
-    args = plan.arguments(phases)
-    priced = _price(plan, args, tuple(ph.n for ph in phases), spec, profile or IDEAL)
-    return [_combine(ph, m, v, p, d) for ph, m, v, p in zip(phases, args.masks, args.values, priced)]
+    found, priced = plan_priced(plan, phases, spec, profile or IDEAL)
+    return [_combine(ph, m, v, p, d) for ph, (m, v), p in zip(phases, found, priced)]
 
 
 # ------------------------------------------------------------------ predictions
