@@ -43,27 +43,17 @@ class Var(NDArrayOperatorsMixin):
         if func in _SHAPES:
             return func(*self.tape.shapes(args), **kwargs)
         arrays = _RECORDED.get(func)
-        if arrays is not None:  # (the other arguments, which may set a shape, taken out)
+        if arrays is not None and (func is not np.where or len(args) == 3):  # (the other arguments,
+            # which may set a shape, taken out; np.where of a condition alone is np.nonzero)
             tape = self.tape
             return tape.call(_with(func, tape.taken(kwargs)), (*args[:arrays], *tape.taken(args[arrays:])))
         return self.tape.outside(func, args, kwargs)
 
     # what a recording tape can answer without a guard: the shape follows the inputs'
-    @property
-    def shape(self):
-        return self.tape.known(self).shape
-
-    @property
-    def ndim(self):
-        return self.tape.known(self).ndim
-
-    @property
-    def size(self):
-        return self.tape.known(self).size
-
-    @property
-    def dtype(self):
-        return self.tape.known(self).dtype
+    shape = property(lambda self: self.tape.known(self).shape)
+    ndim = property(lambda self: self.tape.known(self).ndim)
+    size = property(lambda self: self.tape.known(self).size)
+    dtype = property(lambda self: self.tape.known(self).dtype)
 
     def __len__(self):
         return len(self.tape.known(self))
@@ -216,7 +206,9 @@ class Tape:
             if a.tape is not self:
                 raise ValueError("a value of another tape")
             return _Ref(a.index)
-        if type(a) in (list, tuple) and any(type(x) is Var for x in a):
+        if _holds_var(a):
+            if type(a) not in (list, tuple):
+                raise TypeError(f"a recorded value inside a {type(a).__name__} argument")
             return _Seq(self._ref(x) for x in a)
         return a
 
@@ -258,6 +250,8 @@ class Tape:
             return type(x)(self.taken(a) for a in x)
         if type(x) is dict:
             return {k: self.taken(v) for k, v in x.items()}
+        if type(x) is slice:
+            return slice(self.taken(x.start), self.taken(x.stop), self.taken(x.step))
         return x
 
     def outside(self, func, args, kwargs):
@@ -379,16 +373,26 @@ class _Seq(tuple):
 
 
 def record(func, *args):
-    """``func(*args)``, recorded where an argument is a tape value (a function of arrays
-    that the tape does not see inside)."""
-    for a in args:
-        if type(a) is Var:
-            return a.tape.call(func, args)
-        if type(a) in (list, tuple):
-            for x in a:
-                if type(x) is Var:
-                    return x.tape.call(func, args)
-    return func(*args)
+    """``func(*args)``, recorded where an argument is a tape value, or a list or tuple
+    that holds one (a function of arrays that the tape does not see inside)."""
+    var = _first_var(args)
+    return func(*args) if var is None else var.tape.call(func, args)
+
+
+def _first_var(a):
+    """The first tape value in ``a`` (a value, or lists and tuples of them), if any."""
+    if type(a) is Var:
+        return a
+    if type(a) in (list, tuple, dict, slice):
+        for x in (a.values() if type(a) is dict else (a.start, a.stop, a.step) if type(a) is slice else a):
+            found = _first_var(x)
+            if found is not None:
+                return found
+    return None
+
+
+def _holds_var(a) -> bool:
+    return type(a) in (list, tuple, dict, slice) and _first_var(a) is not None
 
 
 def asarray(x, dtype=None):
@@ -403,4 +407,6 @@ def _key(a):
         return ("ref", int(a))
     if type(a) is _Seq:
         return ("seq", tuple(_key(x) for x in a))
+    if isinstance(a, float):  # (0.0 and -0.0 are equal, and NaN is not itself: their bits are)
+        return (type(a), a.hex())
     return (type(a), a)

@@ -38,6 +38,13 @@ def test_identical_calls_are_recorded_once():
     assert is_symbolic(first)
 
 
+def test_calls_on_constants_that_compare_equal_but_differ_are_recorded_apart():
+    tape = Tape(1)
+    a, = tape.variables()
+    assert (a * 0.0).index != (a * -0.0).index
+    assert np.array_equal(tape.replay([np.array([-1.0])])[-1], [0.0]) and np.signbit(tape.replay([np.array([1.0])])[-1][0])
+
+
 def test_a_recorded_value_has_no_truth_value():
     a, = Tape(1).variables()
     with pytest.raises(TypeError, match="structure"):
@@ -77,6 +84,7 @@ def test_a_call_whose_shape_follows_the_numbers_is_made_on_a_guarded_value():
     v, = tape.variables()
     picked = np.nonzero(v > 2)[0]  # not recorded: made on the value, under a guard
     assert np.array_equal(picked, [1, 2]) and type(picked) is np.ndarray
+    assert type(np.where(v > 2)[0]) is np.ndarray  # (np.where of a condition alone is np.nonzero)
     out = v[v > 2] * 2  # indexing by a recorded mask: the mask taken out, the indexing recorded
     replay = tape.function([out])
     assert np.array_equal(replay(np.array([0.0, 7.0, 4.0]))[0], [14.0, 8.0])
