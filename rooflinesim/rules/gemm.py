@@ -5,6 +5,7 @@ grouped (MoE expert) GEMMs."""
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ..ops.moe import GroupedGemm
 from ..pricing import KernelTerms, sequence_time
 from ..timing import Timing, corner, logistic
 from .common import _priced, _require, _wave_efficiency, _waves, by_regime
-from ..trace import asarray
+from ..trace import asarray, record
 
 
 ALIGN_BYTES = 16
@@ -299,10 +300,12 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
         tiles_mn[:, 0].astype(f32)[:, None], tiles_mn[:, 1].astype(f32)[:, None], splits.astype(f32),
         *(x.astype(f32)[point] for x in (m, n, k)), asarray(op.batch, dtype=f32)[point],
         asarray(work.hbm_bytes, dtype=f32)[point])
-    latency = _fastest_latency(kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
+    # (each a call of its own where the pricing is recorded: the pruning and the choice
+    # follow the numbers; see rooflinesim.trace)
+    latency = record(_fastest_latency, kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
     best = np.argmin(latency.reshape(*latency.shape[:-2], -1), axis=-1)
-    tm, tn = tiles_mn[best // len(splits)].T
-    s = splits[best % len(splits)]
+    tm, tn = record(operator.getitem, tiles_mn, best // len(splits)).T
+    s = record(operator.getitem, splits, best % len(splits))
     compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak
