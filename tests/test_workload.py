@@ -300,6 +300,36 @@ def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch
         assert np.array_equal(a.ops[0].timing.latency_s, b.ops[0].timing.latency_s)
 
 
+def test_every_preset_replays_as_written():
+    # every preset, plain and sharded eight ways with fp8 weights and KV cache: recorded at
+    # one request, replayed at another, the numbers of the code run directly
+    from rooflinesim.models import recorded, workload
+    from rooflinesim.models.plan import _plan
+    from rooflinesim.models.presets import preset_names
+
+    def as_written(plan, phases, spec, profile):
+        return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)
+
+    for name in preset_names():
+        m = load_config(name)
+        for deploy in (dict(), dict(tp=8, weights="fp8", kv_cache="fp8")):
+            try:
+                d = Deployment(**deploy)
+                for kw in (dict(batch=3, prompt=700, gen=40), dict(batch=3, prompt=700, gen=40)):
+                    predict_model(m, H200, FITTED, d, **kw)  # (priced as written, then recorded)
+            except UserError:  # (eight-way sharding that does not divide the model)
+                continue
+            kw = dict(batch=57, prompt=5000, gen=300)
+            got = predict_model(m, H200, FITTED, d, **kw)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(workload, "plan_priced", as_written)
+                want = predict_model(m, H200, FITTED, d, **kw)
+            for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
+                assert np.array_equal(a.latency_s, b.latency_s) and a.table() == b.table(), (name, deploy)
+            found = _plan(m, d, ("prefill", "decode")).recorded[((1, 4), id(H200), id(FITTED))]
+            assert found.error is None and found.replays, (name, deploy)
+
+
 @pytest.mark.parametrize("model,deploy", REPLAYED[:4])
 def test_predictions_of_one_shape_replay_one_recording(model, deploy):
     # the benchmark's deployments: predictions at any batch, prompt and gen (one prompt
