@@ -231,9 +231,12 @@ class Tape:
         """``var``'s value, under a guard that it comes out the same."""
         if self.values is None:
             raise TypeError("a recorded value has no value: the structure must not depend on it")
-        self.guards.setdefault(var.index, var.value)
         v = var.value
-        return v.copy() if type(v) is np.ndarray else v  # (the caller may write into it)
+        if type(v) is np.ndarray:  # (the caller, or whoever gets the value, may write into it)
+            self.guards.setdefault(var.index, v.copy())
+            return v.copy()
+        self.guards.setdefault(var.index, v)
+        return v
 
     def branch(self, var: Var) -> bool:
         if self.values is None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
+
 from ..trace import Tape, Var
 from .kernels import Phase
 from .plan import _KEPT, _Plan, _Priced, _inputs, _price
@@ -76,7 +78,7 @@ def _record(plan: _Plan, inputs: list, ns: tuple, spec, profile):
     for masks, p in zip(args.masks, out):
         outputs += [v for _, v in masks] + [p.latency_s, p.flops, p.hbm_bytes, p.bound]
         sizes.append(tuple(i for i, _ in masks))
-    values = [x.value if type(x) is Var else x for x in outputs]
+    values = [x.value if type(x) is Var else x.copy() if type(x) is np.ndarray else x for x in outputs]
     return tape.function(outputs), values, tuple(sizes)
 
 
