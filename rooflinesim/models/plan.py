@@ -362,6 +362,3 @@ def _slice_timing(t: Timing, rows: slice) -> Timing:
         return x[rows] if np.ndim(x) and np.shape(x)[0] == total else x
 
     return with_fields(t, **{f: cut(getattr(t, f)) for f in PER_POINT}, parts=[])
-
-
-
