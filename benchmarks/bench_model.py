@@ -78,6 +78,7 @@ def full_prediction(model, gpu, deploy, repeats):
 
 def first_predictions(model, gpu, deploy, repeats) -> dict:
     """The first prediction of a shape (priced as written) and the second (recorded), ms."""
+    from rooflinesim.models import recorded
     from rooflinesim.models.plan import _plan
     from rooflinesim.models.workload import predict_model
 
@@ -88,7 +89,7 @@ def first_predictions(model, gpu, deploy, repeats) -> dict:
                          ("second prediction of a shape (recorded)", 2)):
         times = []
         for _ in range(repeats):
-            plan.recorded.clear()
+            recorded.forget(plan)
             for i in range(calls):
                 t0 = time.perf_counter()
                 predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
@@ -101,6 +102,7 @@ def parts(model, gpu, deploy, repeats) -> dict:
     """Where one full (replayed) prediction's time goes (ms, minimum over repeats of each
     part run alone): the replayed pricing, the two tables, and the rest (the phases'
     numbers, the combination into stages and steps, the result objects)."""
+    from rooflinesim.models import recorded
     from rooflinesim.models.plan import _inputs, _plan
     from rooflinesim.models.workload import predict_model
 
@@ -109,7 +111,7 @@ def parts(model, gpu, deploy, repeats) -> dict:
         r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
     plan = _plan(cfg, d, ("prefill", "decode"))
     phases = [r.prefill.phase, r.decode.phase]
-    found = plan.recorded[(tuple(ph.n for ph in phases), id(spec), id(prof))]
+    found = recorded.recording(plan, tuple(ph.n for ph in phases), spec, prof)
     function = found.replays[0][0]
     inputs = _inputs(phases)
     out = {"replayed pricing": timed(lambda: function(*inputs), repeats)[0],

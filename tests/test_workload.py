@@ -276,11 +276,11 @@ def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch
 
     m, d = load_config(model), Deployment(**deploy)
     plan = _plan(m, d, ("prefill", "decode"))
-    plan.recorded.clear()
+    recorded.forget(plan)
     kw = dict(batch=batch, prompt=prompt, gen=gen, chunk=chunk)
     for _ in range(3):  # (priced as written, recorded, replayed)
         got = predict_model(m, H200, FITTED, d, **kw)
-    found = plan.recorded[((got.prefill.phase.n, got.decode.phase.n), id(H200), id(FITTED))]
+    found = recorded.recording(plan, (got.prefill.phase.n, got.decode.phase.n), H200, FITTED)
     assert found.error is None and len(found.replays) == 1 and found.misses == 0
 
     def as_written(plan, phases, spec, profile):
@@ -326,7 +326,7 @@ def test_every_preset_replays_as_written():
                 want = predict_model(m, H200, FITTED, d, **kw)
             for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
                 assert np.array_equal(a.latency_s, b.latency_s) and a.table() == b.table(), (name, deploy)
-            found = _plan(m, d, ("prefill", "decode")).recorded[((1, 4), id(H200), id(FITTED))]
+            found = recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), H200, FITTED)
             assert found.error is None and found.replays, (name, deploy)
 
 
@@ -334,17 +334,34 @@ def test_every_preset_replays_as_written():
 def test_predictions_of_one_shape_replay_one_recording(model, deploy):
     # the benchmark's deployments: predictions at any batch, prompt and gen (one prompt
     # chunk, four decode points) replay one recording, whose guards hold
+    from rooflinesim.models import recorded
     from rooflinesim.models.plan import _plan
 
     m, d = load_config(model), Deployment(**deploy)
     plan = _plan(m, d, ("prefill", "decode"))
-    plan.recorded.clear()  # (other tests' recordings are of other numbers)
+    recorded.forget(plan)  # (other tests' recordings are of other numbers)
     rng = np.random.default_rng(3)
     for _ in range(12):
         predict_model(m, H200, FITTED, d, batch=int(rng.integers(1, 512)), prompt=int(rng.integers(16, 32000)),
                       gen=int(rng.integers(8, 2000)))
-    found = plan.recorded[((1, 4), id(H200), id(FITTED))]
+    found = recorded.recording(plan, (1, 4), H200, FITTED)
     assert len(found.replays) == 1 and found.misses == 0
+
+
+def test_recordings_kept_are_the_most_recent(monkeypatch):
+    from rooflinesim.models import recorded
+    from rooflinesim.models.plan import _plan
+
+    monkeypatch.setattr(recorded, "KEPT", 2)
+    recorded.forget()
+    m = load_config("llama-3.1-8b")
+    plan = _plan(m, Deployment(), ("prefill", "decode"))
+    for chunk in (None, 1000, 700, None):  # shapes (1, 4), (3, 4), (3, 4), (1, 4)
+        predict_model(m, H200, FITTED, batch=2, prompt=2048, gen=64, chunk=chunk)
+    assert recorded.recording(plan, (1, 4), H200, FITTED) is not None
+    assert recorded.recording(plan, (3, 4), H200, FITTED).replays  # (its second prediction recorded it)
+    predict_model(m, H200, FITTED, batch=2, prompt=2048, gen=64, chunk=500)  # (5, 4): a third shape
+    assert recorded.recording(plan, (3, 4), H200, FITTED) is None  # (the least recently used)
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

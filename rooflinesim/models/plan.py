@@ -138,7 +138,6 @@ class _Plan:
         self.member_kernel = np.array([i for _, i in members])
         self._sources: dict = {}
         self._places: dict = {}
-        self.recorded: dict = {}  # (points per phase, spec id, profile id) -> _Recording
         # every field of each group's op, built (and checked) once from a probe
         probe = self.arguments([Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names])
         self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}

@@ -3,7 +3,8 @@
 Pricing a plan's kernels runs a few hundred numpy calls on small arrays, and Python's own
 work around them (rules, terms, results) costs as much again. For the same points per
 phase, the calls are the same at any batch and lengths: ``priced`` records them
-(``rooflinesim.trace``) the second time it meets a (plan, points, spec, profile), and
+(``rooflinesim.trace``) the second time it meets a (plan, points, spec, profile) (the
+KEPT most recent such keys are kept), and
 from then on replays them as one compiled function of the phases' numbers, leaving out
 every call the results do not need (diagnostic losses, timing fields). A branch the code
 took on a number of the recording is a guard: where a replay's numbers take another way,
@@ -14,6 +15,7 @@ Replayed numbers are those of the code run directly, to the last bit.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -21,12 +23,15 @@ import numpy as np
 
 from ..trace import Tape, Var
 from .kernels import Phase
-from .plan import _KEPT, _Plan, _Priced, _inputs, _price
+from .plan import _Plan, _Priced, _inputs, _price
 
 
 RECORDED_POINTS = 2048  # points of all phases above which a pricing is priced as written, not recorded
 # (a recording keeps every value it meets until it is done: 25-45 MB at 1,000-2,000 points)
 VARIANTS = 4  # recordings of one key (each holds where its guards do), after which it is priced as written
+KEPT = 256  # keys kept, over all plans, the least recently used let go (one recording: about 0.2 MB)
+
+_KEYS: OrderedDict = OrderedDict()  # (plan id, points per phase, spec id, profile id) -> _Recording
 
 
 def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[_Priced]]:
@@ -34,14 +39,15 @@ def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[
     its priced kernels; replayed from a recording where one holds."""
     ns = tuple(ph.n for ph in phases)
     inputs = _inputs(phases)
-    key = (ns, id(spec), id(profile))
-    found = plan.recorded.get(key)
+    key = (id(plan), ns, id(spec), id(profile))
+    found = _KEYS.get(key)
     if found is None:  # (a first prediction of this shape: priced as written)
         if sum(ns) <= RECORDED_POINTS:
-            if len(plan.recorded) > _KEPT:
-                plan.recorded.clear()
-            plan.recorded[key] = _Recording(spec, profile)
+            _KEYS[key] = _Recording(plan, spec, profile)
+            if len(_KEYS) > KEPT:
+                _KEYS.popitem(last=False)
         return as_written(plan, inputs, ns, spec, profile)
+    _KEYS.move_to_end(key)
     replays = found.replays
     for i, (function, sizes) in enumerate(replays):
         out = function(*inputs)
@@ -60,6 +66,17 @@ def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[
         return as_written(plan, inputs, ns, spec, profile)
     replays.insert(0, (function, sizes))
     return _unpack(values, sizes, plan, inputs, ns, spec, profile)
+
+
+def recording(plan: _Plan, ns: tuple, spec, profile) -> "_Recording | None":
+    """What is kept for ``plan`` at ``ns`` points per phase, if anything."""
+    return _KEYS.get((id(plan), ns, id(spec), id(profile)))
+
+
+def forget(plan: _Plan | None = None) -> None:
+    """Let go of the recordings of ``plan`` (of every plan: None)."""
+    for key in [k for k, r in _KEYS.items() if plan is None or r.plan is plan]:
+        del _KEYS[key]
 
 
 def as_written(plan: _Plan, inputs: list, ns: tuple, spec, profile):
@@ -86,7 +103,8 @@ def _record(plan: _Plan, inputs: list, ns: tuple, spec, profile):
 class _Recording:
     """The recordings of a plan's pricing at some points per phase (see ``priced``)."""
 
-    spec: object  # (kept, so that the ids in the key stay theirs)
+    plan: _Plan  # (kept, so that the ids in the key stay theirs)
+    spec: object
     profile: object
     replays: list = field(default_factory=list)  # (function, the kernels whose masks lead each phase's outputs)
     misses: int = 0  # predictions that no recording's guards held for
