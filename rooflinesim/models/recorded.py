@@ -47,7 +47,10 @@ def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[
             if len(_KEYS) > KEPT:
                 _KEYS.popitem(last=False)
         return as_written(plan, inputs, ns, spec, profile)
-    _KEYS.move_to_end(key)
+    try:
+        _KEYS.move_to_end(key)
+    except KeyError:  # (let go of meanwhile, by another thread's prediction)
+        pass
     replays = found.replays
     for i, (function, sizes) in enumerate(replays):
         out = function(*inputs)
