@@ -1,10 +1,11 @@
 """A cold-start path for one-shot CLI predictions that needs neither pydantic nor YAML.
 
-Specs and calibration profiles are validated by pydantic (``hardware.py``,
-``calibration/profile.py``) the first time they are read; the validated contents are
-then kept as JSON in a cache directory, keyed by the size and modification time of every
-spec and profile file, and read back into light attribute objects. Any change to a file,
-or an unwritable cache, sends the caller down the validating path again.
+Specs, calibration profiles and model presets are validated by pydantic (``hardware.py``,
+``calibration/profile.py``, ``models/config.py``) the first time they are read; the
+validated contents are then kept as JSON in a cache directory, keyed by the size and
+modification time of every spec, profile and preset file, and read back into light
+attribute objects. Any change to a file, or an unwritable cache, sends the caller down the
+validating path again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .dtypes import names as _dtype_names
 from .errors import UserError
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 1
+_VERSION = 2
 
 
 class SpecMethods:
@@ -135,13 +136,19 @@ def _bundled_dir() -> Path:
 
 
 def _inputs() -> list[Path]:
-    """Every file the registry is built from: bundled and user specs, bundled profiles."""
+    """Every file the registry is built from: bundled and user specs, bundled profiles,
+    the model presets (their config.json files and index)."""
+    from .models import presets
+
     folders = [_bundled_dir(), _bundled_dir() / "profiles"]
     folders += [Path(d) for d in filter(None, os.environ.get("ROOFLINESIM_SPECS_DIR", "").split(os.pathsep))]
     found = []
     for folder in folders:
         if folder.is_dir():
             found += sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml"))
+    models = Path(str(presets._folder()))
+    if models.is_dir():
+        found += sorted(p for p in models.iterdir() if p.suffix == ".json")
     return found
 
 
@@ -156,12 +163,16 @@ def _build() -> dict:
     from .calibration.profile import CollectiveParams, KernelParams, bundled_profile, bundled_profiles
     from .hardware import aliases, load_spec, spec_names
 
+    from .models.config import _load_preset
+    from .models.presets import preset_names
+
     specs = {n: load_spec(n).model_dump() for n in spec_names()}
     lookup = {**{_key(a): c for a, c in aliases().items()}, **{_key(n): n for n in specs}}
     profiles = {g: bundled_profile(g).model_dump() for g in bundled_profiles()}
     return {"specs": specs, "lookup": lookup, "profiles": profiles,
             "kernel_defaults": KernelParams().model_dump(),
-            "collective_defaults": CollectiveParams().model_dump()}
+            "collective_defaults": CollectiveParams().model_dump(),
+            "models": {n: _load_preset(n).model_dump() for n in preset_names()}}
 
 
 def _key(name: str) -> str:
@@ -228,3 +239,19 @@ def profile(spec_view, name: str | None):
     found = transfer({g: d.get("provenance") for g, d in profiles.items()}, spec_view.name,
                      spec_view.vendor)
     return make({**profiles[found[0]], **found[1]}) if found else make({})
+
+
+def model(name: str):
+    """A cached view of the preset a name or Hugging Face id stands for (as
+    ``models.config.load_config`` reads it), or None (a path, or no such preset: use
+    the full path)."""
+    from .models import presets
+    from .models.facts import ModelView
+
+    if os.path.exists(name):
+        return None
+    preset = presets.find_preset(name)
+    reg = registry() if preset is not None else None
+    if reg is None or preset not in reg.get("models", {}):
+        return None
+    return ModelView({**reg["models"][preset], "hf_id": presets.hf_id_for(name)})

@@ -418,7 +418,7 @@ def load_spec(name_or_path, spec_files=()) -> GpuSpec:
     ``spec_files`` are extra spec files registered before the name is looked up; they win
     over user directories (ROOFLINESIM_SPECS_DIR), which win over the bundled specs.
     """
-    if isinstance(name_or_path, GpuSpec):
+    if isinstance(name_or_path, SpecMethods):  # (a validated spec, or its cached view)
         return name_or_path
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or text.endswith((".yaml", ".yml")) or os.path.isfile(text):

@@ -1,5 +1,5 @@
-"""The cold-start path: cached spec and profile views answer exactly as the validated
-models do, and a changed file is never read from a stale cache."""
+"""The cold-start path: cached spec, profile and model-preset views answer exactly as the
+validated models do, and a changed file is never read from a stale cache."""
 
 import pytest
 
@@ -57,12 +57,17 @@ def test_unknown_or_broken_falls_back_to_the_validating_path(tmp_path, monkeypat
     assert fastpath.spec("h100") is None
 
 
-def test_second_cold_prediction_imports_no_validation_stack(tmp_path):
+@pytest.mark.parametrize("argv,shows", [
+    (['predict', 'gemm', '--gpu', 'h200', '-m', '64', '-n', '64', '-k', '64'], "latency"),
+    (['predict', 'model', '--model', 'meta-llama/Llama-3.1-70B-Instruct', '--gpu', 'h100', '--tp', '4',
+      '--weights', 'fp8', '--batch', '32'], "time to first token"),
+])
+def test_second_cold_prediction_imports_no_validation_stack(tmp_path, argv, shows):
     import subprocess
     import sys
 
     code = ("import sys\n"
-            "sys.argv = ['rooflinesim', 'predict', 'gemm', '--gpu', 'h200', '-m', '64', '-n', '64', '-k', '64']\n"
+            f"sys.argv = ['rooflinesim', *{argv!r}]\n"
             "from rooflinesim.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print([m for m in ('pydantic', 'yaml', 'sympy', 'scipy', 'plotly') if m in sys.modules], file=sys.stderr)\n")
@@ -71,4 +76,29 @@ def test_second_cold_prediction_imports_no_validation_stack(tmp_path):
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert "pydantic" in first.stderr  # the first run validates and fills the cache
     assert second.stderr.strip().splitlines()[-1] == "[]"
-    assert "latency" in second.stdout
+    assert shows in second.stdout and second.stdout == first.stdout
+
+
+def test_preset_views_answer_like_the_validated_configs():
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.presets import preset_names
+    from rooflinesim.models.workload import predict_model
+
+    spec = load_spec("h200")
+    for name in [*preset_names(), "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B"]:
+        full, view = load_config(name), fastpath.model(name)
+        assert {f: getattr(view, f) for f in type(full).model_fields} == full.model_dump(), name
+        for method in ("param_counts", "total_params", "active_params", "mtp_params", "attention_param_counts"):
+            assert getattr(view, method)() == getattr(full, method)(), (name, method)
+        assert view.kv_cache_bytes_per_token("fp8") == full.kv_cache_bytes_per_token("fp8")
+        assert (view.is_moe, view.is_mla, view.dense_layers) == (full.is_moe, full.is_mla, full.dense_layers)
+    d = Deployment(tp=8, weights="fp8")
+    full, view = load_config("deepseek-v3"), fastpath.model("deepseek-v3")
+    a = predict_model(full, spec, None, d, batch=16, prompt=1000, gen=100)
+    b = predict_model(view, spec, None, d, batch=16, prompt=1000, gen=100)
+    assert a.as_dict() == b.as_dict()
+    assert view == fastpath.model("DeepSeek-V3") and hash(view) == hash(fastpath.model("deepseek-v3"))
+    assert fastpath.model("no-such-model") is None and fastpath.model(__file__) is None
+    with pytest.raises(AttributeError, match="frozen"):
+        view.num_layers = 3

@@ -48,6 +48,20 @@ def load_gpu(gpu: str, spec_files=(), fast: bool = False):
     return load_spec(gpu, spec_files=tuple(spec_files))
 
 
+def load_model(name: str, fast: bool = False):
+    """The model config of ``name`` (a preset, a Hugging Face id, or a config.json path).
+    ``fast``: a preset may come from the validated cache (no pydantic import)."""
+    if fast:
+        from .. import fastpath
+
+        view = fastpath.model(name)
+        if view is not None:
+            return view
+    from ..models.config import load_config
+
+    return load_config(name)
+
+
 def load_profile(spec, profile, fast: bool = False):
     if fast:
         from .. import fastpath

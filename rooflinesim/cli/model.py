@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import (emit_json, gpu_options, json_option, load_gpu, load_profile,
+from .common import (emit_json, gpu_options, json_option, load_gpu, load_model, load_profile,
                      profile_label, profile_option, table)
 
 POS = click.IntRange(min=1)
@@ -55,14 +55,13 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
     """A model served on GPUs: time to first token, time per output token, throughput, and
     the kernels of prefill and decode with their times."""
     from ..errors import UserError
-    from ..models.config import load_config
     from ..models.deploy import Deployment, max_batch
     from ..models.workload import predict_model
     from ..units import parse_quantity
 
-    cfg = load_config(model_name)
-    spec = load_gpu(gpu, spec_files)
-    prof = load_profile(spec, profile)
+    cfg = load_model(model_name, fast=True)
+    spec = load_gpu(gpu, spec_files, fast=True)
+    prof = load_profile(spec, profile, fast=True)
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, sequence_parallel=sequence_parallel,
                    weights=weights.lower(), activations=activations and activations.lower(),
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,

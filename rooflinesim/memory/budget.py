@@ -295,9 +295,10 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
                prefill_chunk_tokens: int | None = None, spec_files=()) -> Setup:
     """Resolve and check everything but batch and context (one-sentence UserErrors)."""
     from ..hardware import load_spec
-    from ..models.config import ModelConfig, load_config
+    from ..models.config import load_config
+    from ..models.facts import ModelFacts
 
-    cfg = model if isinstance(model, ModelConfig) else load_config(model)
+    cfg = model if isinstance(model, ModelFacts) else load_config(model)
     spec = load_spec(gpu, spec_files=tuple(spec_files))
     par = Parallelism(tp, pp, ep)
     par.check(cfg)

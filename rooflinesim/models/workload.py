@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration.profile import IDEAL
 from ..errors import UserError
 from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
@@ -143,7 +142,11 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
     plan = _plan(model, d, tuple(ph.name for ph in phases))
-    found, priced = plan_priced(plan, phases, spec, profile or IDEAL)
+    if profile is None:
+        from ..calibration.profile import IDEAL  # (imported here: it imports pydantic)
+
+        profile = IDEAL
+    found, priced = plan_priced(plan, phases, spec, profile)
     return [_combine(ph, m, v, p, d) for ph, (m, v), p in zip(phases, found, priced)]
 
 
