@@ -182,16 +182,13 @@ def _element_bytes(dtype_bytes: float | str) -> float:
     return dtype_bytes
 
 
-# ModelConfig's fields that hold tuples (JSON gives lists back)
-_TUPLES = ("layer_kinds", "mtp_layer_kinds", "ignored_fields")
-
-
 class ModelView(ModelFacts):
     """A validated ModelConfig read back from its fields (``model_dump``): the same
     attributes and answers, frozen, equal to another view of the same fields."""
 
     def __init__(self, fields: dict):
-        values = {k: tuple(v) if k in _TUPLES else v for k, v in fields.items()}
+        # (ModelConfig's sequences are tuples; JSON gives lists back)
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
         object.__setattr__(self, "_fields", values)
         for k, v in values.items():
             object.__setattr__(self, k, v)
