@@ -150,8 +150,7 @@ class _Plan:
     def arguments_at(self, inputs: list, ns: tuple) -> "_Arguments":
         """``arguments`` at the phases' ``inputs`` (_inputs) over ``ns`` points."""
         places = self._places.get(ns) or self._place(ns)
-        k = len(_INPUTS)
-        values = [tape.replay(inputs[j * k:(j + 1) * k]) for j, tape in enumerate(self.tapes)]
+        values = [self.sizes_at(inputs, j) for j in range(len(self.tapes))]
         pieces = [np.concatenate([values[j][v] for v in nodes]) if nodes else None
                   for j, (_, nodes) in enumerate(places.dynamic)]
         laid = record(_lay, places.constants, places.dynamic, pieces)
@@ -160,6 +159,12 @@ class _Plan:
                   for spans in places.spans]
         masks = [[(i, values[j][v]) for i, v in m] for j, m in enumerate(places.masks)]
         return _Arguments(groups, masks, values)
+
+    def sizes_at(self, inputs: list, j: int) -> list:
+        """Every value of phase ``j``'s recorded sizing (its stand-ins first) at the
+        phases' ``inputs`` (_inputs)."""
+        k = len(_INPUTS)
+        return self.tapes[j].replay(inputs[j * k:(j + 1) * k])
 
     def _place(self, ns: tuple) -> "_Places":
         """Where each member's value of each stacked argument lies at ``ns`` points: the

@@ -128,19 +128,17 @@ def _unpack(out: list, sizes: tuple, plan: _Plan, inputs: list, ns: tuple, spec,
 
 
 class _Lazy:
-    """What a replay leaves out, priced as written when first asked for: the replayed
-    sizes (a phase's kernels), and each group's full timing (a kernel's)."""
+    """What a replay leaves out, made when first asked for: the replayed sizes (a phase's
+    kernels), and each group's full timing (a kernel's: priced as written)."""
 
     def __init__(self, *args):
         self.args, self._done = args, None
 
-    def _get(self):
-        if self._done is None:
-            self._done = as_written(*self.args)
-        return self._done
-
     def values(self, j: int) -> list:
-        return self._get()[0][j][1]()
+        plan, inputs = self.args[:2]
+        return plan.sizes_at(inputs, j)
 
     def __getitem__(self, g: int):
-        return self._get()[1][0].groups[g]
+        if self._done is None:
+            self._done = as_written(*self.args)
+        return self._done[1][0].groups[g]
