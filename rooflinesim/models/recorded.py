@@ -9,7 +9,8 @@ from then on replays them as one compiled function of the phases' numbers, leavi
 every call the results do not need (diagnostic losses, timing fields). A branch the code
 took on a number of the recording is a guard: where a replay's numbers take another way,
 the pricing runs as written and is recorded again (a few recordings are kept per key, each
-holding where its guards do; past them, the key is always priced as written).
+holding where its guards do, tried in turn; past them, a prediction none holds for is
+priced as written without recording).
 Replayed numbers are those of the code run directly, to the last bit.
 """
 
@@ -28,7 +29,7 @@ from .plan import _Plan, _Priced, _inputs, _price
 
 RECORDED_POINTS = 2048  # points of all phases above which a pricing is priced as written, not recorded
 # (a recording keeps every value it meets until it is done: 25-45 MB at 1,000-2,000 points)
-VARIANTS = 4  # recordings of one key (each holds where its guards do), after which it is priced as written
+VARIANTS = 4  # recordings of one key (each holds where its guards do); past them, no more are made
 KEPT = 256  # keys kept, over all plans, the least recently used let go (one recording: about 0.2 MB)
 
 _KEYS: OrderedDict = OrderedDict()  # (plan id, points per phase, spec id, profile id) -> _Recording
@@ -111,7 +112,7 @@ class _Recording:
     profile: object
     replays: list = field(default_factory=list)  # (function, the kernels whose masks lead each phase's outputs)
     misses: int = 0  # predictions that no recording's guards held for
-    given_up: bool = False  # priced as written from now on
+    given_up: bool = False  # no more recordings: a prediction no replay holds for is priced as written
     error: Exception | None = None  # what stopped a recording, if anything did
 
 
