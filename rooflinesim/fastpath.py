@@ -162,7 +162,6 @@ def _build() -> dict:
     """Validate every bundled and user spec and profile (the slow path), as plain data."""
     from .calibration.profile import CollectiveParams, KernelParams, bundled_profile, bundled_profiles
     from .hardware import aliases, load_spec, spec_names
-
     from .models.config import _load_preset
     from .models.presets import preset_names
 

@@ -28,8 +28,8 @@ import numpy as np
 
 from .errors import UserError
 from .timing import Timing, _bound, _intensity, _is_zero, _scaled, corner, logistic, math_flops, sfu_rate
-from .work import Work
 from .trace import Var, asarray, record
+from .work import Work
 
 
 @dataclass

@@ -11,8 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .work import Work
 from .trace import Var, asarray, record
+from .work import Work
 
 BOUNDS = ("compute", "hbm", "l2", "link", "launch")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attention import Attention
-from ..pricing import KernelTerms
+from ..pricing import KernelTerms, price_one
 from ..timing import Timing
-from .common import _on, _plain, _priced, _require, _wave_efficiency, by_regime, params_by_regime
 from ..trace import asarray
+from .common import _on, _plain, _require, _wave_efficiency, by_regime, params_by_regime
 
 
 KEY_TILE = 128  # keys an attention block loads at a time
@@ -103,7 +103,7 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
     choice = _attention_choice(op, spec, profile)
     terms = attention_terms(op, spec, profile, choice)
     if terms is not None:
-        return _priced(terms, spec)
+        return price_one(terms, spec)
     return by_regime(op, [(mask, lambda o, p=p: _attention_time(o, spec, p)) for mask, p in choice])
 
 
@@ -121,7 +121,7 @@ def attention_regimes(op: Attention, sms: int) -> list:
 
 
 def _attention_time(op: Attention, spec, p) -> Timing:
-    return _priced(_attention_terms(op, spec, p), spec)
+    return price_one(_attention_terms(op, spec, p), spec)
 
 
 def _attention_terms(op: Attention, spec, p) -> KernelTerms:

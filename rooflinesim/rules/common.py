@@ -1,6 +1,5 @@
-"""What the family rules share: pricing a kernel's terms, a kernel of several regimes
-(per regime, or with each regime's parameters per point), and the fixed costs added after
-the roofline."""
+"""What the family rules share: a kernel of several regimes (per regime, or with each
+regime's parameters per point), and the fixed costs added after the roofline."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import UserError
-from ..pricing import KernelTerms, _any, price_one
+from ..pricing import _any
 from ..timing import Timing, with_fields
 from ..trace import Var, asarray, record
 
@@ -18,9 +17,6 @@ def _require(spec, rate: str, what: str):
     if not spec.supports(rate):
         raise UserError(f"{spec.name} has no {rate} tensor-core rate, so it cannot run {what}")
 
-
-def _priced(terms: KernelTerms, spec) -> Timing:
-    return price_one(terms, spec)
 
 
 def in_sequence(t: Timing) -> Timing:

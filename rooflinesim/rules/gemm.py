@@ -12,10 +12,10 @@ import numpy as np
 from ..dtypes import bytes_per_element
 from ..ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from ..ops.moe import GroupedGemm
-from ..pricing import KernelTerms, sequence_time
+from ..pricing import KernelTerms, price_one, sequence_time
 from ..timing import Timing, corner, logistic
-from .common import _priced, _require, _wave_efficiency, _waves, by_regime
 from ..trace import asarray, record
+from .common import _require, _wave_efficiency, _waves, by_regime
 
 
 ALIGN_BYTES = 16
@@ -208,7 +208,7 @@ def gemm_terms(op: Gemm, spec, profile) -> KernelTerms | None:
 def gemm_rule(op: Gemm, spec, profile) -> Timing:
     p, a, regimes = _gemm_choice(op, spec, profile)
     if not regimes:
-        return _priced(_gemm_terms(op, spec, p, a, sequence_s=_sequence_s(profile)), spec)
+        return price_one(_gemm_terms(op, spec, p, a, sequence_s=_sequence_s(profile)), spec)
     t = by_regime(op, regimes)
     dependent = _sequence_s(profile)
     if dependent:
@@ -219,7 +219,7 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
 
 def _gemm_time(op: Gemm, spec, p, a=None) -> Timing:
     """``a``: the op's gemm_alignment, where the caller has it."""
-    return _priced(_gemm_terms(op, spec, p, a), spec)
+    return price_one(_gemm_terms(op, spec, p, a), spec)
 
 
 def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
@@ -309,7 +309,7 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak
-    return _priced(KernelTerms(work, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
+    return price_one(KernelTerms(work, p, compute_scale=compute / ideal, memory_scale=hbm_bytes / work.hbm_bytes,
                                losses=losses, kernels=kernels, fixed_s=extra if p.split_k_s else 0.0), spec)
 
 
@@ -344,7 +344,7 @@ def _k_step_bytes(op: Gemm) -> float:
 
 
 def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
-    return _priced(grouped_gemm_terms(op, spec, profile), spec)
+    return price_one(grouped_gemm_terms(op, spec, profile), spec)
 
 
 def grouped_gemm_terms(op: GroupedGemm, spec, profile) -> KernelTerms:

@@ -7,18 +7,17 @@ import numpy as np
 
 from ..dtypes import bytes_per_element
 from ..ops.memory import Bookkeeping, Copy, Norm
-from ..pricing import KernelTerms
+from ..pricing import KernelTerms, price_one
 from ..timing import Timing, logistic
-from .common import _priced
-from .gemm import _class_factor, alignment_bytes
 from ..trace import asarray
+from .gemm import _class_factor, alignment_bytes
 
 
 ROW_DOUBLE_WIDTH = 0.25  # width in log bytes of the norms' step to a doubled row pass
 
 
 def memory_rule(op, spec, profile) -> Timing:
-    return _priced(memory_terms(op, spec, profile), spec)
+    return price_one(memory_terms(op, spec, profile), spec)
 
 
 _MEMORY_KEYS = {Copy: "copy", Bookkeeping: "bookkeeping"}  # (the other memory ops: their kind)
