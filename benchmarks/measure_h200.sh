@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -132,6 +132,23 @@ final5)
   # model that holdout11 evaluated, unchanged: a second untouched round of it
   held_out_with_layers holdout12 layers9 random-layers9.jsonl
   ;;
+eager)
+  # one GPU: why large copies are slow inside CUDA graphs (benchmarks/copy_modes.py); eager
+  # launches of every single-GPU suite family for the host-launch fit; and a thirteenth
+  # held-out set with 80 more decoder layers (new seeds), eager, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 120 python3 benchmarks/copy_modes.py --out "$out/copy-modes.jsonl" >>"$out/log-eager.txt" 2>&1
+  for s in "random 110" "memory 45" "moe 45" "decoder 70"; do
+    set -- $s
+    timeout $(( $2 + 40 )) python3 -m rooflinesim.harness run --suite "$1" --mode eager \
+      --out "$out/eager-$1.jsonl" --time-budget "$2" >>"$out/log-eager.txt" 2>&1
+  done
+  timeout 130 python3 -m rooflinesim.harness run --suite holdout13 --mode eager \
+    --out "$out/eager-holdout13.jsonl" --time-budget 90 >>"$out/log-eager.txt" 2>&1
+  timeout 70 python3 -m rooflinesim.harness run --suite layers10 --mode eager \
+    --out "$out/eager-layers10.jsonl" --time-budget 40 >>"$out/log-eager.txt" 2>&1
+  cat "$out/nvidia-smi.csv" >>"$out/log-eager.txt" && rm -f "$out/nvidia-smi.csv"  # (8 files come back)
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -155,6 +172,8 @@ case $phase in
   focus3) keep_only calib-focus3.jsonl holdout10.jsonl random-layers7.jsonl ;;
   focus4) keep_only calib-focus4.jsonl holdout11.jsonl random-layers8.jsonl ;;
   final5) keep_only holdout12.jsonl random-layers9.jsonl ;;
+  eager) keep_only copy-modes.jsonl eager-random.jsonl eager-memory.jsonl eager-moe.jsonl eager-decoder.jsonl \
+    eager-holdout13.jsonl eager-layers10.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

@@ -237,7 +237,29 @@ def profile(spec_view, name: str | None):
         return make(profiles[spec_view.name])
     found = transfer({g: d.get("provenance") for g, d in profiles.items()}, spec_view.name,
                      spec_view.vendor)
-    return make({**profiles[found[0]], **found[1]}) if found else make({})
+    if not found:
+        return make({})
+    donor = profiles[found[0]]
+    donor_arch = reg["specs"].get(found[0], {}).get("architecture", "")
+    return make({**donor, **found[1], "kernels": transferred_kernels(donor["kernels"], donor_arch,
+                                                                     spec_view.architecture)})
+
+
+def transferred_kernels(kernels: dict, donor_architecture: str, target_architecture: str) -> dict:
+    """A donor profile's kernel parameters (as plain data) on another architecture: the
+    attention kernels built for sm80 reach more of an Ampere or Ada GPU's peak than of
+    Hopper's (attention_kernels.sm80_scale)."""
+    from .attention_kernels import sm80_scale
+
+    scale, cap = sm80_scale(donor_architecture, target_architecture)
+    if not scale:
+        return kernels
+    attention = dict(kernels.get("attention", {}))
+    for key, factor in scale.items():
+        if key in attention:
+            p = attention[key]
+            attention[key] = {**p, "compute_efficiency": min(cap, p.get("compute_efficiency", 1.0) * factor)}
+    return {**kernels, "attention": attention}
 
 
 def model(name: str):

@@ -154,7 +154,7 @@ def test_flash_causal_prefills_that_split_are_a_regime_of_their_own():
     from rooflinesim.rules import attention_regimes
 
     def regime(op, sms=132):
-        return next(name for name, mask in attention_regimes(op, sms) if mask.any())
+        return next(name for name, mask in attention_regimes(op, sms, op.backend) if mask.any())
 
     small = Attention(batch=1, heads=32, kv_heads=2, seq_q=258, seq_kv=258, head_dim=128,
                       causal=True, backend="sdpa-flash")

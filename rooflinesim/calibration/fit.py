@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..attention_kernels import kernel_of
 from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
@@ -151,25 +152,30 @@ GEMM_FORMATS = (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",))  # 
 REGIME_MIN_RECORDS = 20
 
 
-def _regime(rec, sms: int) -> str | None:
-    """The kernel regime the timing rules price a record's op in: an attention regime of
-    its backend, a GEMM's stride regime (rules.GEMM_REGIMES), else "" (None when the
-    record cannot be predicted)."""
+def _regime(rec, spec) -> tuple:
+    """(kernel, regime) the timing rules price a record's op in: for attention, the
+    kernel it runs on the GPU (attention_kernels) and a regime of that kernel; for a
+    GEMM, "" and its stride regime (rules.GEMM_REGIMES); else ("", ""). (None, None)
+    when the record cannot be predicted."""
     try:
         op = to_op(rec)
+        if isinstance(op, Attention):
+            backend = kernel_of(op, spec).backend
+            return backend, next(name for name, mask in attention_regimes(op, spec.chip.sm_count, backend)
+                                 if mask.any())
     except (Unpredictable, UserError):
-        return None
-    if isinstance(op, Attention):
-        return next(name for name, mask in attention_regimes(op, sms) if mask.any())
+        return None, None
     if isinstance(op, Gemm):
-        return next((name for name, _, _ in GEMM_REGIMES if gemm_regime_mask(op, name)), "")
-    return ""
+        return "", next((name for name, _, _ in GEMM_REGIMES if gemm_regime_mask(op, name)), "")
+    return "", ""
 
 
 def _groups(meas: Measurements, spec) -> list[Group]:
     recs = meas.records
     seen = lambda op, f: sorted({f(r) for r in recs if r["op"] == op})  # noqa: E731
-    regimes = {id(r): _regime(r, spec.chip.sm_count) for r in recs if r["op"] in ("gemm", "attention")}
+    found = {id(r): _regime(r, spec) for r in recs if r["op"] in ("gemm", "attention")}
+    regimes = {i: reg for i, (_, reg) in found.items()}
+    kernel = lambda r: found.get(id(r), (None,))[0]  # noqa: E731  (attention: the kernel it runs)
     classed = set()  # GEMMs with 4-8-byte strides left to their format's main fit
     for dts in GEMM_FORMATS:  # a regime measured too little is fitted with the one it refines
         for name, coarse in GEMM_REFINES.items():
@@ -224,18 +230,20 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     attention_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner",
                       "seq_overhead", "critical_path", "walk_dim", "block_s", "unsplit_memory_efficiency",
                       "causal_overhead", "softmax_overlap", "vector_efficiency")
-    for be in seen("attention", lambda r: r.get("backend") or "fa3"):
+    for be in seen("attention", lambda r: kernel(r) or ""):
+        if not be:
+            continue  # (records that cannot be predicted)
         free = attention_free + ATTENTION_FREE.get(be, ())
         out.append(Group(f"attention/{be}", "attention", be,
                          lambda r, be=be: r["op"] == "attention"
-                         and (r.get("backend") or "fa3") == be and regime(r) == "",
+                         and kernel(r) == be and regime(r) == "",
                          free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
         for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
             few = REGIME_FREE.get(f"{be}:{name}")  # (few records: the backend's fit, and a few more)
             out.append(Group(f"attention/{be}:{name}", "attention", f"{be}:{name}",
                              lambda r, be=be, name=name: r["op"] == "attention"
-                             and (r.get("backend") or "fa3") == be and regime(r) == name,
+                             and kernel(r) == be and regime(r) == name,
                              few or tuple(f for f in free if f not in fixed), fixed=fixed,
                              inherit=("attention", be) if few else None))
     if any(r["op"] == "moe" for r in recs):

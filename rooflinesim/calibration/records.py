@@ -73,6 +73,7 @@ def _flag(v):
 
 def to_op(rec: dict):
     """The op a record measured."""
+    from ..attention_kernels import from_record
     from ..ops import Attention, Collective, Copy, Gemm, MoE, Norm
 
     op = rec["op"]
@@ -84,8 +85,7 @@ def to_op(rec: dict):
             b, h, sq, skv, d = _need(rec, "batch", "heads", "seq_q", "seq_kv", "head_dim")
             return Attention(batch=b, heads=h, kv_heads=rec.get("kv_heads", h), seq_q=sq, seq_kv=skv,
                              head_dim=d, causal=_flag(rec.get("causal", False)),
-                             dtype=rec.get("dtype", "bf16"),
-                             backend=rec.get("backend") or None)
+                             dtype=rec.get("dtype", "bf16"), **from_record(rec.get("backend")))
         if op == "moe":
             t, h, f, e, k = _need(rec, "tokens", "hidden", "ffn", "experts", "top_k")
             routing = {"random": "uniform", "balanced": "balanced"}.get(rec.get("routing", "random"))

@@ -16,4 +16,13 @@ def transferred_profile(spec) -> Profile:
     if found is None:
         return IDEAL
     donor, update = found
-    return profiles[donor].model_copy(update=update)
+    from ..fastpath import transferred_kernels
+    from ..hardware import load_spec
+    from .profile import KernelParams
+
+    base = profiles[donor]
+    plain = {f: {k: p.model_dump() for k, p in table.items()} for f, table in base.kernels.items()}
+    moved = transferred_kernels(plain, load_spec(donor).architecture, spec.architecture)
+    kernels = {f: {k: (base.kernels[f][k] if moved[f][k] == plain[f][k] else KernelParams(**moved[f][k]))
+                   for k in table} for f, table in moved.items()}
+    return base.model_copy(update={**update, "kernels": kernels})

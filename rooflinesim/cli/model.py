@@ -35,8 +35,9 @@ POS = click.IntRange(min=1)
 @click.option("--kv-dtype", default=None,
               help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
 @click.option("--group-size", type=POS, default=128, show_default=True, help="int4 weights per scale.")
-@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default="fa3", show_default=True,
-              help="Attention kernel class.")
+@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
+              help="Attention kernel class (default: the GPU's own: fa3 on Hopper and Blackwell, "
+                   "fa2 on Ampere, Ada and AMD).")
 @click.option("--eager", is_flag=True, help="No CUDA graph: add a host launch overhead per kernel.")
 @click.option("--launch-overhead", default="4us", show_default=True,
               help="Host time per kernel launch with --eager.")
@@ -95,7 +96,7 @@ def _print(r, prof, how) -> None:
 
     d = r.deployment
     rates, mem = r.rates(), r.memory()
-    click.echo(f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe()}) "
+    click.echo(f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
                f"[profile: {profile_label(prof)}]")
     view = (f"eager, {format_seconds(d.launch_overhead_s)} host time per launch" if d.eager
             else "CUDA graph (kernel sum)")

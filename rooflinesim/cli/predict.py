@@ -21,11 +21,18 @@ def _report(op, gpu, spec_files, profile, as_json, title):
 
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
+    extra = {}
+    if op.family == "attention":  # which kernel runs it on this GPU
+        from ..attention_kernels import kernel_of
+
+        kernel = kernel_of(op, spec)
+        title = title.format(kernel=kernel.describe())
+        extra = {"kernel": {"class": kernel.variant, "backend": kernel.backend, "label": kernel.label}}
     t = predict_op(op, spec, prof)
     if as_json:
         emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
                    "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
-                   **t.as_dict()})
+                   **extra, **t.as_dict()})
         return
     rows = [
         ("latency", format_seconds(t.latency_s)),
@@ -97,8 +104,11 @@ def gemm(m, n, k, batch, dtype, group_size, gpu, spec_files, profile, as_json):
 @click.option("--page-size", type=POS, default=None, help="Paged KV block size (tokens).")
 @click.option("--dtype", default="bf16", show_default=True)
 @click.option("--kv-dtype", default=None)
-@click.option("--variant", type=click.Choice(["fa3", "fa2", "naive"]), default="fa3", show_default=True)
-@click.option("--backend", default=None, help="A measured backend: sdpa-cudnn, sdpa-flash, sdpa-efficient.")
+@click.option("--variant", "--attention", "variant", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
+              help="Attention kernel class (default: the GPU's own: fa3 on Hopper and Blackwell, "
+                   "fa2 on Ampere, Ada and AMD).")
+@click.option("--backend", default=None, help="A measured backend: sdpa-cudnn, sdpa-flash, sdpa-efficient "
+                                              "(overrides --variant).")
 @gpu_options
 @profile_option
 @json_option
@@ -119,7 +129,7 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
                    head_dim=head_dim, causal=causal, dtype=dtype.lower(), kv_dtype=kv_dtype,
                    variant=variant, backend=backend, page_size=page_size)
     _report(op, gpu, spec_files, profile, as_json,
-            f"attention {op.variant} {dtype} b={batch} h={heads}/{kv_heads or heads} "
+            f"{{kernel}} {dtype} b={batch} h={heads}/{kv_heads or heads} "
             f"q={seq_q} kv={seq_kv} d={head_dim}{' causal' if causal else ''}")
 
 

@@ -23,6 +23,8 @@ POS = click.IntRange(min=1)
               help="Context reached in decode (prompt + generated tokens).")
 @click.option("--weights", default="bf16", show_default=True)
 @click.option("--kv-dtype", default=None)
+@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
+              help="Attention kernel class (default: each GPU's own).")
 @click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
               help="Harness measurements (JSON Lines) to overlay.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -31,7 +33,7 @@ POS = click.IntRange(min=1)
               help="Also write a PNG (needs kaleido and Chromium).")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, weights, kv_dtype,
-             measured, output, png, force):
+             attention, measured, output, png, force):
     """Draw every op of prefill and decode against the GPU's ceilings."""
     from pathlib import Path
 
@@ -47,7 +49,7 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     if context <= prompt:
         raise UserError(f"--context ({context}) must exceed --prompt ({prompt})")
     cfg = load_config(model_name)
-    d = Deployment(tp=tp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower())
+    d = Deployment(tp=tp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower(), attention=attention)
     pairs, preds = [], []
     for gpu in gpus:
         spec = load_gpu(gpu, spec_files)

@@ -665,6 +665,8 @@ _SUITES = {
     "layers8": lambda: _random_layers(random.Random(3162), 80),
     "holdout12": lambda: holdout_suite(seed=61803, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers9": lambda: _random_layers(random.Random(4142), 80),
+    "holdout13": lambda: holdout_suite(seed=77213, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "layers10": lambda: _random_layers(random.Random(5772), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")

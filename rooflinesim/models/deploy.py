@@ -34,10 +34,9 @@ from ..errors import UserError
 WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "int8", "int4")
 ACTIVATION_DTYPES = ("bf16", "fp16")
 KV_DTYPES = ("bf16", "fp16", "fp8")
-# attention choice -> Attention op keywords: the measured backend of each class, so that
-# a calibrated profile's parameters apply (cuDNN's fused kernel is FlashAttention-3-class)
-ATTENTION = {"fa3": {"backend": "sdpa-cudnn"}, "fa2": {"backend": "sdpa-flash"},
-             "naive": {"variant": "naive"}}
+# attention classes a deployment may name; None is the GPU's default, and the kernel a
+# class runs on a GPU is resolved when it is priced (rooflinesim.attention_kernels)
+ATTENTION = ("fa3", "fa2", "naive")
 # Host time per kernel launched from Python (REFERENCE.md: about 4 µs, H100 NVL)
 EAGER_LAUNCH_S = 4e-6
 
@@ -68,7 +67,7 @@ class Deployment:
     activations: str | None = None  # default: fp16 with fp16 weights, else bf16
     kv_cache: str | None = None  # default: the activation dtype
     group_size: int = 128  # int4 only: weights per scale
-    attention: str = "fa3"
+    attention: str | None = None  # fa3, fa2, naive; None: the GPU's default class
     microbatches: int | None = None  # pipeline microbatches; default pp (capped at the batch)
     eager: bool = False  # add host launch overhead per kernel (no CUDA graph)
     launch_overhead_s: float = EAGER_LAUNCH_S
@@ -84,7 +83,7 @@ class Deployment:
         kv = _dtype_name("--kv-dtype", self.kv_cache or a, KV_DTYPES)
         if w in ACTIVATION_DTYPES and w != a:
             raise UserError(f"{w} weights run their GEMMs in {w}; use --activations {w}")
-        if self.attention not in ATTENTION:
+        if self.attention is not None and self.attention not in ATTENTION:
             raise UserError(f"--attention must be one of {', '.join(ATTENTION)} (got {self.attention!r})")
         if not (isinstance(self.launch_overhead_s, (int, float)) and self.launch_overhead_s >= 0):
             raise UserError(f"the launch overhead must be a non-negative time "
@@ -101,14 +100,16 @@ class Deployment:
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
-    def describe(self) -> str:
+    def describe(self, attention: str | None = None) -> str:
+        """``attention``: the kernel the attention runs, where the GPU is known."""
         par = [f"tp {self.tp}"] + [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep),
                                                             ("dp", self.dp)) if v > 1]
         if self.sequence_parallel:
             par.append("sequence parallel")
         w = self.weights + (f" (w4a16, group {self.group_size})" if self.weights == "int4" else "")
         return (f"{', '.join(par)}; {w} weights, {self.activations} activations, "
-                f"{self.kv_cache} KV cache, {self.attention} attention")
+                f"{self.kv_cache} KV cache, "
+                f"{attention or (self.attention or 'the GPU default') + ' attention'}")
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp,

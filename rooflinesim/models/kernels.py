@@ -45,7 +45,7 @@ from ..ops.collectives import Collective
 from ..ops.gemm import Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
-from .deploy import ATTENTION, Deployment, shard
+from .deploy import Deployment, shard
 
 __all__ = ["Kernel", "Phase", "phase_kernels"]
 
@@ -158,7 +158,7 @@ def _attention(s: _Shapes, **args) -> Kernel:
     window = s.model.sliding_window
     skv = np.minimum(s.skv, s.sq + window) if window else s.skv
     return Kernel("attention", Attention, dict(batch=s.b, seq_q=s.sq, seq_kv=skv, causal=True,
-                                               dtype=s.act, **args, **ATTENTION[s.d.attention]))
+                                               dtype=s.act, variant=s.d.attention, **args))
 
 
 def _gqa(s: _Shapes) -> list[Kernel]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention_kernels import from_record
 from ..errors import UserError
 from ..ops.attention import Attention
 from ..ops.gemm import Gemm
@@ -20,7 +21,10 @@ from ..ops.sequence import Sequence
 
 
 def decoder_layer(mode: str, batch: int, seq: int, hidden: int, heads: int, kv_heads: int,
-                  head_dim: int, ffn: int, dtype: str = "bf16", attention_backend=None) -> Sequence:
+                  head_dim: int, ffn: int, dtype: str = "bf16", attention_backend=None,
+                  attention_variant=None) -> Sequence:
+    """``attention_backend`` / ``attention_variant``: the measured backend or the class
+    SDPA runs (both None: the GPU's default, resolved when priced)."""
     if mode not in ("prefill", "decode"):
         raise UserError(f"mode must be prefill or decode (got {mode!r})")
     if np.any(np.asarray(heads) % np.asarray(kv_heads)):
@@ -30,10 +34,12 @@ def decoder_layer(mode: str, batch: int, seq: int, hidden: int, heads: int, kv_h
     act_bytes = 2  # bf16 activations
     if mode == "prefill":
         attn = Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq, seq_kv=seq,
-                         head_dim=head_dim, causal=True, dtype=dtype, backend=attention_backend)
+                         head_dim=head_dim, causal=True, dtype=dtype, backend=attention_backend,
+                         variant=attention_variant)
     else:
         attn = Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=1, seq_kv=seq + 1,
-                         head_dim=head_dim, causal=False, dtype=dtype, backend=attention_backend)
+                         head_dim=head_dim, causal=False, dtype=dtype, backend=attention_backend,
+                         variant=attention_variant)
     parts = [
         ("input_norm", Norm(tokens=t, hidden=hidden, dtype=dtype), 1),
         ("qkv_proj", Gemm(m=t, n=q_dim + 2 * kv_dim, k=hidden, dtype=dtype), 1),
@@ -62,9 +68,7 @@ def decoder_layer_from_record(rec: dict) -> Sequence:
     missing = [k for k in need if k not in rec]
     if missing:
         raise Unpredictable(f"missing field(s) {', '.join(missing)}")
-    backend = rec.get("backend")
-    if backend not in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"):
-        backend = None
+    attn = from_record(rec.get("backend"))  # (an unknown backend: what SDPA picks, the GPU's default)
     return decoder_layer(rec["mode"], rec["batch"], rec["seq"], rec["hidden"], rec["heads"],
                          rec["kv_heads"], rec["head_dim"], rec["ffn"], dtype=rec.get("dtype", "bf16"),
-                         attention_backend=backend)
+                         attention_backend=attn.get("backend"), attention_variant=attn.get("variant"))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..attention_kernels import resolve as resolve_attention
 from ..errors import UserError
 from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
@@ -169,6 +170,11 @@ class ModelPrediction:
     warnings: list[str]
 
     @property
+    def attention_kernel(self):
+        """The kernel the deployment's attention runs on this GPU."""
+        return resolve_attention(self.deployment.attention, None, self.spec)
+
+    @property
     def ttft_s(self) -> float:
         return self.prefill.time_s
 
@@ -210,6 +216,8 @@ class ModelPrediction:
 
         return {
             "model": self.model.name, "gpu": self.spec.name, "deployment": self.deployment.as_dict(),
+            "attention_kernel": {"class": self.attention_kernel.variant, "backend": self.attention_kernel.backend,
+                                 "label": self.attention_kernel.label},
             "batch": self.batch, "prompt": self.prompt, "gen": self.gen, "chunk": self.chunk,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
             "tokens_per_s": self.rates(), **self.memory(), "warnings": self.warnings,
@@ -258,6 +266,7 @@ def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *
     """
     model, spec = _resolve(model, spec)
     d = deploy or Deployment()
+    resolve_attention(d.attention, None, spec)  # (a class the GPU lacks: one sentence, before any work)
     batch, prompt, gen = _count("the batch", batch), _count("the prompt", prompt), _count("gen", gen)
     decode_points = _count("the number of decode points", decode_points)
     notes = []

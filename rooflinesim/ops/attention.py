@@ -11,6 +11,9 @@ Variants share the same FLOPs and differ in traffic and overlap:
   fa2   fused; softmax in series with the matrix products;
   naive the score matrix S = QK^T and P = softmax(S) are written to and read back from
         memory in the input dtype: three kernels (QK^T, softmax, PV).
+A variant of None is the GPU's default class, and which kernel a class runs on a GPU is
+decided when it is priced (``rooflinesim.attention_kernels``): the counts here are the
+same for every fused kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from .base import Op, check_choice, check_positive
 VARIANTS = ("fa3", "fa2", "naive")
 DTYPES = ("bf16", "fp16", "fp8")
 
-# Backends the harness measures, and the variant each implements.
+# Backends the harness measures, and the variant each implements (a variant's name
+# given as a backend is that variant).
 BACKEND_VARIANT = {
     "sdpa-cudnn": "fa3",  # cuDNN's fused kernel is FlashAttention-3-class on Hopper
     "sdpa-flash": "fa2",  # PyTorch's flash backend is FlashAttention-2
@@ -61,7 +65,7 @@ class Attention(Op):
     causal: Any = True
     dtype: str = "bf16"
     kv_dtype: str | None = None  # KV-cache dtype (defaults to dtype)
-    variant: str = "fa3"
+    variant: str | None = None  # None: the GPU's default class (resolved when priced)
     backend: str | None = None  # a measured implementation, e.g. "sdpa-cudnn"
     page_size: Any = None  # paged KV: each sequence's KV rounded up to whole pages
     name: str = ""
@@ -78,7 +82,10 @@ class Attention(Op):
         if self.backend is not None:
             check_choice("attention backend", self.backend, BACKEND_VARIANT)
             object.__setattr__(self, "variant", BACKEND_VARIANT[self.backend])
-        check_choice("attention variant", self.variant, VARIANTS)
+            if self.backend in VARIANTS:
+                object.__setattr__(self, "backend", None)
+        if self.variant is not None:
+            check_choice("attention variant", self.variant, VARIANTS)
 
     @property
     def kvh(self):
@@ -157,7 +164,7 @@ class Attention(Op):
 
 
 def decode(batch, heads, kv_heads, context, head_dim=128, dtype="bf16", kv_dtype=None,
-           query_tokens=1, page_size=None, variant="fa3") -> Attention:
+           query_tokens=1, page_size=None, variant=None) -> Attention:
     """Decode: ``query_tokens`` new tokens per sequence against a KV cache of ``context``."""
     return Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=query_tokens,
                      seq_kv=context, head_dim=head_dim, causal=True, dtype=dtype,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention_kernels import kernel_of
 from ..ops.attention import Attention
 from ..pricing import KernelTerms, price_one
 from ..timing import Timing
@@ -78,12 +79,13 @@ def _fa2_causal_split(op: Attention, sms):
 
 
 def _attention_choice(op: Attention, spec, profile) -> list:
-    """(mask, parameters) of each kernel regime of the op's backend."""
+    """(mask, parameters) of each kernel regime of the kernel the op runs on the GPU."""
     _require(spec, op.math_rate, f"{op.dtype} attention")
-    # an unmeasured backend (or none named) takes the measured backend of its variant
-    keys = (op.backend or "", op.variant, *VARIANT_BACKENDS.get(op.variant, ()))
-    return [(mask, profile.params("attention", f"{op.backend}:{name}" if name else "", *keys))
-            for name, mask in attention_regimes(op, spec.chip.sm_count)]
+    kernel = kernel_of(op, spec)
+    # a profile without the kernel's own parameters takes its class's measured backend
+    keys = (kernel.backend, kernel.variant, *VARIANT_BACKENDS.get(kernel.variant, ()))
+    return [(mask, profile.params("attention", f"{kernel.backend}:{name}" if name else "", *keys))
+            for name, mask in attention_regimes(op, spec.chip.sm_count, kernel.backend)]
 
 
 def attention_terms(op: Attention, spec, profile, choice=None) -> KernelTerms | None:
@@ -107,12 +109,12 @@ def attention_rule(op: Attention, spec, profile) -> Timing:
     return by_regime(op, [(mask, lambda o, p=p: _attention_time(o, spec, p)) for mask, p in choice])
 
 
-def attention_regimes(op: Attention, sms: int) -> list:
-    """(regime name, mask) for each kernel regime of the op's backend on a GPU of ``sms``
-    SMs, the first regime that claims a point taking it; the last, named "", is the
-    backend's own kernel."""
+def attention_regimes(op: Attention, sms: int, backend: str) -> list:
+    """(regime name, mask) for each kernel regime of ``backend`` (the kernel the op runs:
+    attention_kernels.kernel_of) on a GPU of ``sms`` SMs, the first regime that claims a
+    point taking it; the last, named "", is the backend's own kernel."""
     out, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
-    for name, pick in ATTENTION_REGIMES.get(op.backend or "", ()):
+    for name, pick in ATTENTION_REGIMES.get(backend, ()):
         mask = asarray(pick(op, sms), dtype=bool) & ~taken
         out.append((name, mask))
         taken = taken | mask
@@ -213,8 +215,9 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
     if _on(p.unsplit_memory_efficiency < 1):
         memory_scale = np.where(short & (splits == 1.0), 1 / p.unsplit_memory_efficiency, 1.0)
     # a decode group larger than the tile takes several blocks, each streaming the
-    # head's whole KV cache
-    rereads = np.where(one, np.ceil(group_rows / tile), 1.0)
+    # head's whole KV cache (a tile of one row: no tiling known, as in the datasheet
+    # roofline, where the cache is read once)
+    rereads = np.where(one & (tile > 1), np.ceil(group_rows / tile), 1.0)
     if np.count_nonzero(rereads > 1):
         memory_scale = memory_scale * rereads
         losses["kv_rereads"] = rereads
@@ -223,10 +226,9 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
     if p.split_kv == "fa2" and _on(p.combine_split_s):
         fixed = losses["combine_s"] = _fa2_combine_s(op, splits, group_rows * heads, sms, p.combine_split_s)
     overlap = p.softmax_overlap
-    if overlap is None:  # (per point: NaN where the regime leaves it to the variant)
-        overlap = float(op.variant == "fa3")
-    elif not _plain(overlap):
-        overlap = np.where(np.isnan(overlap), float(op.variant == "fa3"), overlap)
+    if overlap is None or not _plain(overlap):  # (per point: NaN where the regime leaves it to the variant)
+        fa3 = float(kernel_of(op, spec).variant == "fa3")
+        overlap = fa3 if overlap is None else np.where(np.isnan(overlap), fa3, overlap)
     return KernelTerms(op.work(), p, compute_scale=scale, memory_scale=memory_scale, overlap_aux=overlap,
                        losses=losses, extra_s=extra, kernels=kernels, fixed_s=fixed)
 
