@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -149,6 +149,24 @@ eager)
     --out "$out/eager-layers10.jsonl" --time-budget 40 >>"$out/log-eager.txt" 2>&1
   cat "$out/nvidia-smi.csv" >>"$out/log-eager.txt" && rm -f "$out/nvidia-smi.csv"  # (8 files come back)
   ;;
+eager2)
+  # one GPU, after the harness's two fixes (copies as kernels, an empty allocator before
+  # each case): the memory suite again in graph mode; the thirteenth held-out set again,
+  # eager, to see its host times reproduce; a fourteenth held-out set with 80 more decoder
+  # layers (new seeds), eager and in graph mode, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  run1() {  # run1 FILE BUDGET SUITE MODE
+    timeout $(( $2 + 40 )) python3 -m rooflinesim.harness run --suite "$3" --mode "$4" \
+      --out "$out/$1" --time-budget "$2" >>"$out/log-eager2.txt" 2>&1
+  }
+  run1 calib-memory2.jsonl 60 memory graph
+  run1 eager-holdout13b.jsonl 90 holdout13 eager
+  run1 eager-holdout14.jsonl 90 holdout14 eager
+  run1 eager-layers11.jsonl 40 layers11 eager
+  run1 holdout14.jsonl 90 holdout14 graph
+  run1 random-layers11.jsonl 40 layers11 graph
+  cat "$out/nvidia-smi.csv" >>"$out/log-eager2.txt" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -174,6 +192,8 @@ case $phase in
   final5) keep_only holdout12.jsonl random-layers9.jsonl ;;
   eager) keep_only copy-modes.jsonl eager-random.jsonl eager-memory.jsonl eager-moe.jsonl eager-decoder.jsonl \
     eager-holdout13.jsonl eager-layers10.jsonl ;;
+  eager2) keep_only calib-memory2.jsonl eager-holdout13b.jsonl eager-holdout14.jsonl eager-layers11.jsonl \
+    holdout14.jsonl random-layers11.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

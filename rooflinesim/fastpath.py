@@ -21,7 +21,7 @@ from .dtypes import names as _dtype_names
 from .errors import UserError
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 2
+_VERSION = 3
 
 
 class SpecMethods:
@@ -74,13 +74,15 @@ class SpecView(SpecMethods):
 class ProfileView:
     """A validated calibration profile read back from the cache (same queries as ``Profile``)."""
 
-    def __init__(self, data: dict, kernel_defaults: dict, collective_defaults: dict):
+    def __init__(self, data: dict, kernel_defaults: dict, collective_defaults: dict, host_defaults: tuple):
         self.gpu = data.get("gpu")
         self.kind = data.get("kind", "ideal")
         self.provenance = data.get("provenance", {})
         self._kernels = data.get("kernels", {})
         self._collectives = data.get("collectives", {})
+        self._host = data.get("host", {})
         self._kd, self._cd = kernel_defaults, collective_defaults
+        self._hd, self._hideal = host_defaults  # (HostParams' defaults, and the unfitted host side)
         self._seen: dict = {}
 
     def params(self, family: str, *keys: str):
@@ -94,6 +96,13 @@ class ProfileView:
         table = self._kernels.get(family, {})
         key = next((k for k in keys if k in table), None)
         return None if key is None else self._view(("k", family, key), table[key], self._kd)
+
+    def host_params(self, *keys: str):
+        table = self._host
+        for key in (*keys, "default"):
+            if key in table:
+                return self._view(("h", key), table[key], self._hd)
+        return self._view(("h", ""), self._hideal, self._hd)
 
     def collective(self, kind: str):
         for key in (kind, "default"):
@@ -160,7 +169,8 @@ def _signature() -> str:
 
 def _build() -> dict:
     """Validate every bundled and user spec and profile (the slow path), as plain data."""
-    from .calibration.profile import CollectiveParams, KernelParams, bundled_profile, bundled_profiles
+    from .calibration.profile import (IDEAL, CollectiveParams, HostParams, KernelParams, bundled_profile,
+                                      bundled_profiles)
     from .hardware import aliases, load_spec, spec_names
     from .models.config import _load_preset
     from .models.presets import preset_names
@@ -171,6 +181,7 @@ def _build() -> dict:
     return {"specs": specs, "lookup": lookup, "profiles": profiles,
             "kernel_defaults": KernelParams().model_dump(),
             "collective_defaults": CollectiveParams().model_dump(),
+            "host_defaults": [HostParams().model_dump(), IDEAL.host_params().model_dump()],
             "models": {n: _load_preset(n).model_dump() for n in preset_names()}}
 
 
@@ -227,7 +238,8 @@ def profile(spec_view, name: str | None):
     reg = registry()
     if reg is None:
         return None
-    make = lambda d: ProfileView(d, reg["kernel_defaults"], reg["collective_defaults"])  # noqa: E731
+    make = lambda d: ProfileView(d, reg["kernel_defaults"], reg["collective_defaults"],  # noqa: E731
+                                 tuple(reg["host_defaults"]))
     profiles = reg["profiles"]
     if name == "ideal":
         return make({})

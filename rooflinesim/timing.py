@@ -14,7 +14,7 @@ import numpy as np
 from .trace import Var, asarray, record
 from .work import Work
 
-BOUNDS = ("compute", "hbm", "l2", "link", "launch")
+BOUNDS = ("compute", "hbm", "l2", "link", "launch", "host")
 
 
 @dataclass
@@ -161,13 +161,20 @@ def logistic(x):
     return 1.0 / (1.0 + np.exp(-np.minimum(np.maximum(x, -50.0), 50.0)))  # (np.clip is slower)
 
 
-def predict(op, spec, profile=None) -> Timing:
-    """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None)."""
+def predict(op, spec, profile=None, eager: bool = False) -> Timing:
+    """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None),
+    replayed in a CUDA graph, or with ``eager`` launched from Python one call at a time
+    (the host side in :mod:`.eager`)."""
     if profile is None:
         from .calibration.profile import IDEAL
 
         profile = IDEAL
-    return _rules().rule_for(op)(op, spec, profile)
+    t = _rules().rule_for(op)(op, spec, profile)
+    if eager:
+        from .eager import eager_timing
+
+        t = eager_timing(op, spec, profile, t)
+    return t
 
 
 @lru_cache(maxsize=None)

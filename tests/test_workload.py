@@ -249,9 +249,7 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
             assert (o.name, o.kernel.cls) == (k.name, k.cls)
             for f, v in k.args.items():
                 assert np.array_equal(np.broadcast_to(o.kernel.args[f], (n,)), np.broadcast_to(v, (n,))), (o.name, f)
-            alone = in_sequence(predict(k.op, H200, FITTED)).latency_s
-            if d.eager:
-                alone = alone + k.launches * d.launch_overhead_s
+            alone = in_sequence(predict(k.op, H200, FITTED)).latency_s  # (eager: the GPU side)
             assert np.array_equal(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
 
 
@@ -397,11 +395,14 @@ def test_pipeline_stages_and_bubble():
     assert shard(m, Deployment(pp=3)).stage_layers == (11, 11, 10)
 
 
-def test_eager_adds_host_time_per_launch():
+def test_eager_takes_the_longer_of_host_and_gpu_time():
     m = load_config("llama-3-8b")
-    graph, eager = run(m, batch=4), run(m, batch=4, eager=True, launch_overhead_s=5e-6)
+    graph = run(m, batch=4)
     launches = sum(o.count * o.kernel.launches for o in graph.decode.ops)
-    assert eager.tpot_s - graph.tpot_s == pytest.approx(launches * 5e-6)
+    for host in (1e-6, 5e-6, 20e-6):
+        eager = run(m, batch=4, eager=True, launch_overhead_s=host)
+        assert eager.tpot_s == pytest.approx(max(graph.tpot_s, launches * host), rel=1e-9)
+    assert run(m, batch=4, eager=True, launch_overhead_s=20e-6).tpot_s > graph.tpot_s
 
 
 def test_data_parallel_multiplies_throughput_only():

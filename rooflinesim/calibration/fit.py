@@ -24,9 +24,12 @@ from ..attention_kernels import kernel_of
 from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
+from .folds import folds_over_shapes as _folds
+from .folds import shape_key as _shape_key
+from .host import fit_host
 from .profile import CollectiveParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements, Unpredictable, to_op
-from .validate import stats
+from .validate import is_eager, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -302,14 +305,6 @@ def _inherited(profile: Profile, source) -> dict:
     return {}
 
 
-def _shape_key(rec: dict) -> tuple:
-    skip = {"dtype", "backend", "measured_s", "min_s", "max_s", "status", "case_id", "run_id",
-            "suite", "graph", "calls", "sets", "replays", "kernels", "kernel_names", "_source",
-            "hardware", "algbw_bytes_per_s", "busbw_bytes_per_s", "error"}
-    return tuple(sorted((k, v) for k, v in rec.items()
-                        if k not in skip and not isinstance(v, (list, dict))))
-
-
 def _predict_all(records, spec, profile) -> np.ndarray:
     from .validate import predict_records
 
@@ -351,14 +346,6 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
     return {n: float(v) for n, v in values(best.x).items()}
 
 
-def _folds(records, k: int, seed: int = 0):
-    keys = sorted({_shape_key(r) for r in records})
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(keys))
-    fold_of = {keys[i]: j % k for j, i in enumerate(order)}
-    return [fold_of[_shape_key(r)] for r in records]
-
-
 def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[Profile, dict]:
     """Fit every group in order; return the profile and held-out error per record op."""
     if not meas.records:
@@ -368,7 +355,7 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
     for group in groups:
-        recs = [r for r in meas.records if group.select(r)
+        recs = [r for r in meas.records if group.select(r) and not is_eager(r)
                 and r.get("hardware") in (None, spec.name)]
         if len(recs) < 3:
             continue
@@ -390,6 +377,10 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
             group_cv[group.name] = stats(errs)
             for r, e in zip([r for r, o in zip(recs, ok) if o], errs):
                 cv_errors[id(r)] = (r["op"], float(e))  # a later group refines an earlier one
+    # the host side of eager launches, on the GPU side just fitted (eager records only)
+    profile, host_errors, host_cv = fit_host(meas.records, spec, profile, folds)
+    group_cv.update(host_cv)
+    cv_errors.update({i: (f"{op}/eager", e) for i, (op, e) in host_errors.items()})
     by_op: dict[str, list[float]] = {}
     for op, e in cv_errors.values():
         by_op.setdefault(op, []).append(e)

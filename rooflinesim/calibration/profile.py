@@ -140,6 +140,25 @@ class CollectiveParams(BaseModel):
     fill_bytes: float = Field(1.0, gt=0)
 
 
+class HostParams(BaseModel):
+    """The host side of eager launches (no CUDA graph): the time Python and PyTorch's
+    dispatch take to issue one call of an op, which the GPU overlaps with the work
+    already queued (``rooflinesim.eager``). It belongs to the machine's CPU and software
+    as much as to the GPU."""
+
+    model_config = _STRICT
+    call_s: float = Field(0.0, ge=0, description="host time of one call, whatever it launches")
+    kernel_s: float = Field(0.0, ge=0, description="host time per kernel the call launches")
+    gap_s: float = Field(0.0, ge=0, description=(
+        "GPU time between back-to-back eagerly launched kernels, beyond a graph's"))
+    n: int = Field(0, ge=0, description="eager measurements it was fitted on (0: not fitted)")
+
+
+# Without eager measurements: about 4 µs of host time per kernel launched from Python
+# (REFERENCE.md: H100 NVL, PyTorch eager)
+EAGER_KERNEL_S = 4e-6
+
+
 class Profile(BaseModel):
     model_config = _STRICT
     gpu: str | None = None
@@ -147,7 +166,16 @@ class Profile(BaseModel):
     provenance: dict = Field(default_factory=dict)
     kernels: dict[str, dict[str, KernelParams]] = Field(default_factory=dict)
     collectives: dict[str, CollectiveParams] = Field(default_factory=dict)
+    host: dict[str, HostParams] = Field(default_factory=dict)  # op key -> eager host side
     validation: dict = Field(default_factory=dict)
+
+    def host_params(self, *keys: str) -> HostParams:
+        """The host side of the first key present, then 'default', else the published
+        per-launch figure."""
+        for key in (*keys, "default"):
+            if key in self.host:
+                return self.host[key]
+        return _IDEAL_HOST
 
     def params(self, family: str, *keys: str) -> KernelParams:
         """The most specific parameters: the first key present, then 'default'."""
@@ -168,6 +196,7 @@ class Profile(BaseModel):
 
 _IDEAL = KernelParams()
 _IDEAL_COLL = CollectiveParams()
+_IDEAL_HOST = HostParams(kernel_s=EAGER_KERNEL_S)
 IDEAL = Profile()
 
 

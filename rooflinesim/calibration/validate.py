@@ -52,6 +52,13 @@ def _stack(recs: list[dict]) -> dict:
     return out
 
 
+def is_eager(rec: dict) -> bool:
+    """Whether a record timed eager launches from the host to a GPU (no CUDA graph): each
+    record is priced in its mode. (The CPU harness's records, backend numpy, run where
+    they are launched: there is no device to overlap.)"""
+    return rec.get("graph", True) is False and rec.get("backend") != "numpy"
+
+
 def predict_records(records: list[dict], spec, profile):
     """(record, predicted seconds or None, reason) for each record, in order.
 
@@ -70,7 +77,8 @@ def predict_records(records: list[dict], spec, profile):
     for idx in groups.values():
         recs = [records[i] for i in idx]
         try:
-            lat = np.broadcast_to(np.asarray(predict(to_op(_stack(recs)), spec, profile).latency_s,
+            lat = np.broadcast_to(np.asarray(predict(to_op(_stack(recs)), spec, profile,
+                                                     eager=is_eager(recs[0])).latency_s,
                                              dtype=float), (len(idx),))
             for i, t in zip(idx, lat):
                 result[i] = (records[i], float(t), "")
@@ -79,7 +87,7 @@ def predict_records(records: list[dict], spec, profile):
             pass
         for i in idx:
             try:
-                t = float(predict(to_op(records[i]), spec, profile).latency_s)
+                t = float(predict(to_op(records[i]), spec, profile, eager=is_eager(records[i])).latency_s)
                 result[i] = (records[i], t, "")
             except (Unpredictable, UserError) as e:
                 result[i] = (records[i], None, str(e).split("; ")[0][:160])
@@ -109,7 +117,7 @@ def validate(meas: Measurements, spec, profile, profile_name: str, by: str | Non
 
 _NOT_SHAPE = {"measured_s", "min_s", "max_s", "status", "case_id", "run_id", "suite", "calls",
               "sets", "replays", "kernels", "kernel_names", "_source", "wall_s", "graph_error",
-              "algbw_bytes_per_s", "busbw_bytes_per_s", "error", "hardware", "graph"}
+              "algbw_bytes_per_s", "busbw_bytes_per_s", "error", "hardware"}
 _SKIP = {"op", "measured_s", "min_s", "max_s", "hardware", "graph", "status", "case_id", "run_id",
          "suite", "calls", "sets", "replays", "kernels", "kernel_names", "_source",
          "algbw_bytes_per_s", "busbw_bytes_per_s"}

@@ -38,9 +38,11 @@ POS = click.IntRange(min=1)
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: the GPU's own: fa3 on Hopper and Blackwell, "
                    "fa2 on Ampere, Ada and AMD).")
-@click.option("--eager", is_flag=True, help="No CUDA graph: add a host launch overhead per kernel.")
-@click.option("--launch-overhead", default="4us", show_default=True,
-              help="Host time per kernel launch with --eager.")
+@click.option("--eager", is_flag=True, help="No CUDA graph: kernels launched from Python; a stage takes "
+                                           "the longer of its host and GPU times.")
+@click.option("--launch-overhead", default=None,
+              help="Host time per kernel launch with --eager (default: the profile's fitted host time "
+                   "of one call, else 4us).")
 @click.option("--decode-points", type=POS, default=4, show_default=True,
               help="Decode contexts averaged into the time per output token.")
 @click.option("--memory-fraction", "--gpu-memory-utilization", "memory_fraction",
@@ -67,7 +69,8 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    weights=weights.lower(), activations=activations and activations.lower(),
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
-                   launch_overhead_s=parse_quantity(launch_overhead.replace(" ", ""), "seconds"))
+                   launch_overhead_s=None if launch_overhead is None
+                   else parse_quantity(launch_overhead.replace(" ", ""), "seconds"))
     source = click.get_current_context().get_parameter_source("batch")
     how = "default" if source == click.core.ParameterSource.DEFAULT else "given"
     if batch.strip().lower() == "max":
@@ -92,13 +95,14 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
 
 
 def _print(r, prof, how) -> None:
+    from ..models.workload import host_per_launch
     from ..units import format_bytes, format_rate, format_seconds
 
     d = r.deployment
     rates, mem = r.rates(), r.memory()
     click.echo(f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
                f"[profile: {profile_label(prof)}]")
-    view = (f"eager, {format_seconds(d.launch_overhead_s)} host time per launch" if d.eager
+    view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each" if d.eager
             else "CUDA graph (kernel sum)")
     chunk = f", prefill in chunks of {r.chunk}" if r.chunk else ""
     click.echo(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; the batch's prompts "

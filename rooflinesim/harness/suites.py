@@ -667,6 +667,8 @@ _SUITES = {
     "layers9": lambda: _random_layers(random.Random(4142), 80),
     "holdout13": lambda: holdout_suite(seed=77213, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers10": lambda: _random_layers(random.Random(5772), 80),
+    "holdout14": lambda: holdout_suite(seed=91193, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "layers11": lambda: _random_layers(random.Random(6389), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")

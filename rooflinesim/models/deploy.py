@@ -37,8 +37,6 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 # attention classes a deployment may name; None is the GPU's default, and the kernel a
 # class runs on a GPU is resolved when it is priced (rooflinesim.attention_kernels)
 ATTENTION = ("fa3", "fa2", "naive")
-# Host time per kernel launched from Python (REFERENCE.md: about 4 µs, H100 NVL)
-EAGER_LAUNCH_S = 4e-6
 
 
 def _dtype_name(what: str, value: str, allowed) -> str:
@@ -69,8 +67,8 @@ class Deployment:
     group_size: int = 128  # int4 only: weights per scale
     attention: str | None = None  # fa3, fa2, naive; None: the GPU's default class
     microbatches: int | None = None  # pipeline microbatches; default pp (capped at the batch)
-    eager: bool = False  # add host launch overhead per kernel (no CUDA graph)
-    launch_overhead_s: float = EAGER_LAUNCH_S
+    eager: bool = False  # no CUDA graph: kernels launched from Python, host time per launch
+    launch_overhead_s: float | None = None  # host time per launch (None: the profile's)
 
     def __post_init__(self):
         for f in ("tp", "pp", "ep", "dp", "group_size"):
@@ -85,7 +83,8 @@ class Deployment:
             raise UserError(f"{w} weights run their GEMMs in {w}; use --activations {w}")
         if self.attention is not None and self.attention not in ATTENTION:
             raise UserError(f"--attention must be one of {', '.join(ATTENTION)} (got {self.attention!r})")
-        if not (isinstance(self.launch_overhead_s, (int, float)) and self.launch_overhead_s >= 0):
+        if self.launch_overhead_s is not None and not (
+                isinstance(self.launch_overhead_s, (int, float)) and 0 <= self.launch_overhead_s < 1):
             raise UserError(f"the launch overhead must be a non-negative time "
                             f"(got {self.launch_overhead_s!r})")
         object.__setattr__(self, "weights", w)
@@ -117,7 +116,7 @@ class Deployment:
                 "activations": self.activations, "kv_cache": self.kv_cache,
                 "group_size": self.group_size, "attention": self.attention,
                 "microbatches": self.microbatches, "eager": self.eager,
-                "launch_overhead_s": self.launch_overhead_s if self.eager else 0.0,
+                "launch_overhead_s": self.launch_overhead_s if self.eager else None,
                 "gpus": self.gpus}
 
 

@@ -121,17 +121,24 @@ class PhaseResult:
         return ["" if i is None else str(bound[i, peak[i]]) for i in longest]
 
 
-def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment) -> PhaseResult:
-    """``masks``: (kernel, mask per point) of the kernels that some steps skip."""
+def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment,
+             host_per_launch_s: float = 0.0) -> PhaseResult:
+    """``masks``: (kernel, mask per point) of the kernels that some steps skip;
+    ``host_per_launch_s``: with ``d.eager``, the host time of each kernel launched from
+    Python (host and GPU in series: a stage takes the longer of its host and GPU times,
+    rooflinesim.eager)."""
     layout, n = priced.layout, ph.n
     lat = priced.latency_s
-    if d.eager:
-        lat = lat + layout.launches * d.launch_overhead_s
     if masks:
         lat = lat.copy()
         for i, mask in masks:
             lat[i] = lat[i] * mask
     stage_s = layout.mult.T @ lat
+    if d.eager:
+        launches = layout.launches * np.ones_like(lat)
+        for i, mask in masks:
+            launches[i] = launches[i] * mask
+        stage_s = np.maximum(stage_s, layout.mult.T @ (launches * host_per_launch_s))
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
     step = stage_s[0].copy() if d.pp == 1 else stage_s.sum(axis=0)  # (a copy costs less than a sum)
@@ -148,7 +155,17 @@ def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[Phase
 
         profile = IDEAL
     found, priced = plan_priced(plan, phases, spec, profile)
-    return [_combine(ph, m, v, p, d) for ph, (m, v), p in zip(phases, found, priced)]
+    host = host_per_launch(d, profile) if d.eager else 0.0
+    return [_combine(ph, m, v, p, d, host) for ph, (m, v), p in zip(phases, found, priced)]
+
+
+def host_per_launch(d: Deployment, profile) -> float:
+    """Host seconds per kernel launched eagerly: the deployment's figure where it names
+    one, else the profile's fitted host time of a one-kernel call."""
+    if d.launch_overhead_s is not None:
+        return d.launch_overhead_s
+    p = profile.host_params()
+    return p.call_s + p.kernel_s
 
 
 # ------------------------------------------------------------------ predictions

@@ -1,0 +1,110 @@
+"""Fit the host side of eager launches (``HostParams``) to eager measurements.
+
+Graph-mode parameters are never fitted on eager records: ``fit_profile`` fits the GPU
+side on CUDA-graph records, then this fits, key by key, the host time that makes
+``max(host, GPU)`` (``rooflinesim.eager``) match the eager records, by robust least
+squares on log time, with the same cross-validation over shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..eager import host_keys
+from ..errors import UserError
+from .folds import folds_over_shapes, shape_key
+from .profile import HostParams, Profile
+from .records import Unpredictable, to_op
+from .validate import is_eager, predict_records, stats
+
+HOST_BOUNDS_S = (0.0, 2e-3)  # host time of one call, or of one kernel
+
+
+@dataclass(frozen=True)
+class HostGroup:
+    key: str  # the profile's host key
+    param: str  # the HostParams field fitted: call_s or kernel_s
+    select: Callable
+
+
+def _key(rec, spec) -> str | None:
+    try:
+        return host_keys(to_op(rec), spec)[0]
+    except (Unpredictable, UserError):
+        return None
+
+
+def host_groups(records, spec) -> list[HostGroup]:
+    """In order: single kernels (one host time per call), MoE layers (per kernel: the
+    harness's layer issues a few dozen PyTorch ops), then sequences (their own call on
+    top of their parts')."""
+    keys = {id(r): _key(r, spec) for r in records}
+    present = sorted({k for k in keys.values() if k})
+    order = [k for k in present if k not in ("moe", "sequence")] + [k for k in ("moe", "sequence") if k in present]
+    return [HostGroup(k, "kernel_s" if k == "moe" else "call_s", lambda r, k=k: keys.get(id(r)) == k)
+            for k in order]
+
+
+def _with_host(profile: Profile, key: str, params: HostParams) -> Profile:
+    host = {**profile.host, key: params}
+    if key == "copy" and "default" not in profile.host:  # (one kernel, no other work: the default)
+        host["default"] = params
+    return profile.model_copy(update={"host": host})
+
+
+def _fit_one(group: HostGroup, records, spec, base: Profile) -> HostParams:
+    from scipy.optimize import least_squares
+
+    meas = np.array([r["measured_s"] for r in records])
+
+    def params(x) -> HostParams:
+        return HostParams(**{group.param: float(np.exp(x[0]))}, n=len(records))
+
+    def residual(x):
+        pred = np.array([np.nan if p is None else p
+                         for _, p, _ in predict_records(records, spec, _with_host(base, group.key, params(x)))])
+        r = np.log(pred / meas)
+        return np.where(np.isfinite(r), r, 5.0)
+
+    lo, hi = np.log(1e-8), np.log(HOST_BOUNDS_S[1])
+    best = None
+    for start in (np.log(5e-6), np.log(5e-5)):
+        res = least_squares(residual, [start], bounds=([lo], [hi]), loss="soft_l1", f_scale=0.05,
+                            max_nfev=100)
+        if best is None or res.cost < best.cost:
+            best = res
+    return params(best.x)
+
+
+def fit_host(meas_records, spec, profile: Profile, folds: int = 5) -> tuple[Profile, dict, dict]:
+    """The profile with its host side fitted to the eager records among ``meas_records``;
+    (profile, held-out errors per record id as (op, error), cross-validated stats per
+    host key)."""
+    recs = [r for r in meas_records if is_eager(r) and r.get("hardware") in (None, spec.name)]
+    errors: dict[int, tuple[str, float]] = {}
+    group_cv: dict[str, dict] = {}
+    for group in host_groups(recs, spec):
+        mine = [r for r in recs if group.select(r)]
+        if len(mine) < 3:
+            continue
+        fold = folds_over_shapes(mine, min(folds, len({shape_key(r) for r in mine})))
+        held = np.full(len(mine), np.nan)
+        for f in sorted(set(fold)):
+            train = [r for r, g in zip(mine, fold) if g != f]
+            test = [i for i, g in enumerate(fold) if g == f]
+            if len(train) < 3:
+                continue
+            prof = _with_host(profile, group.key, _fit_one(group, train, spec, profile))
+            held[test] = [np.nan if p is None else p
+                          for _, p, _ in predict_records([mine[i] for i in test], spec, prof)]
+        profile = _with_host(profile, group.key, _fit_one(group, mine, spec, profile))
+        ok = np.isfinite(held)
+        errs = held[ok] / np.array([r["measured_s"] for r in mine])[ok] - 1
+        if errs.size:
+            group_cv[f"host/{group.key}"] = stats(errs)
+            for r, e in zip([r for r, o in zip(mine, ok) if o], errs):
+                errors[id(r)] = (r["op"], float(e))
+    return profile, errors, group_cv
