@@ -28,7 +28,7 @@ from .folds import folds_over_shapes as _folds
 from .folds import shape_key as _shape_key
 from .host import fit_host
 from .profile import CollectiveParams, KernelParams, Profile
-from .records import COLLECTIVES, Measurements, Unpredictable, to_op
+from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, to_op
 from .validate import is_eager, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale)
@@ -189,10 +189,13 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                 classed.update(ids if coarse == "" else ())
     regime = lambda r: regimes.get(id(r)) or ""  # noqa: E731
     out = [
-        Group("copy", "memory", "copy", lambda r: r["op"] == "copy",
+        Group("copy", "memory", "copy", lambda r: r["op"] == "copy" and not is_graph_memcpy(r),
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
-               "align8_memory", "align2_memory", "large_bytes", "large_memory_efficiency",
-               "align2_launch_s")),
+               "align8_memory", "align2_memory", "align2_launch_s")),
+        # a contiguous copy_ in a CUDA graph runs as a memcpy node, which slows down past a
+        # size (benchmarks/copy_modes.py): the copy kernel's parameters and that step
+        Group("copy:graph_memcpy", "memory", "copy:graph_memcpy", is_graph_memcpy,
+              ("large_bytes", "large_memory_efficiency"), inherit=("memory", "copy")),
         Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
                "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements", "row_double_bytes"),

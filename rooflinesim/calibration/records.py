@@ -54,6 +54,13 @@ def load(paths) -> Measurements:
     return out
 
 
+def is_graph_memcpy(rec: dict) -> bool:
+    """A copy record that timed a contiguous copy_ in a CUDA graph: a memcpy node (the
+    harness's copies before it timed them as kernels, ``impl`` "kernel")."""
+    return (rec.get("op") == "copy" and rec.get("graph", True) is not False
+            and rec.get("impl", "memcpy") == "memcpy" and rec.get("backend") != "numpy")
+
+
 class Unpredictable(Exception):
     """A record the models cannot predict; the message says why."""
 
@@ -98,7 +105,7 @@ def to_op(rec: dict):
             return Collective(kind=op, bytes=nbytes, world_size=ws, dtype=rec.get("dtype", "bf16"))
         if op == "copy":
             (nbytes,) = _need(rec, "bytes")
-            return Copy(bytes=nbytes)
+            return Copy(bytes=nbytes, graph_memcpy=is_graph_memcpy(rec))
         if op == "rmsnorm":
             t, h = _need(rec, "tokens", "hidden")
             return Norm(tokens=t, hidden=h, dtype=rec.get("dtype", "bf16"))

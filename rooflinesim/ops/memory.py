@@ -13,10 +13,15 @@ from .base import Op, check_choice, check_positive
 
 @dataclass(frozen=True)
 class Copy(Op):
-    """Device-to-device copy of one buffer of ``bytes``: it is read once and written once."""
+    """Device-to-device copy of one buffer of ``bytes``: it is read once and written once.
+
+    ``graph_memcpy``: a contiguous ``copy_`` captured in a CUDA graph, which runs as the
+    graph's memcpy node rather than a kernel (slower for large buffers: the profile's
+    ``copy:graph_memcpy`` parameters)."""
 
     bytes: Any
     name: str = ""
+    graph_memcpy: bool = False
 
     family: ClassVar[str] = "copy"
 

@@ -25,7 +25,7 @@ _MEMORY_KEYS = {Copy: "copy", Bookkeeping: "bookkeeping"}  # (the other memory o
 
 def memory_terms(op, spec, profile) -> KernelTerms:
     key = _MEMORY_KEYS.get(type(op)) or op.kind
-    p = profile.params("memory", key)
+    p = profile.params("memory", "copy:graph_memcpy" if getattr(op, "graph_memcpy", False) else key, key)
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
