@@ -27,6 +27,12 @@ def profile_option(f):
              "a measured GPU.")(f)
 
 
+def eager_option(f):
+    return click.option("--eager", is_flag=True, help=(
+        "Launched from Python one call at a time (no CUDA graph): the longer of the host "
+        "time of the call (the profile's) and the GPU time."))(f)
+
+
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(f)
 
@@ -118,5 +124,5 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-__all__ = ["UserError", "emit_json", "fail", "gpu_options", "json_option", "load_gpu",
+__all__ = ["UserError", "eager_option", "emit_json", "fail", "gpu_options", "json_option", "load_gpu",
            "load_profile", "profile_label", "profile_option", "table"]

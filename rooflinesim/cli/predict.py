@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import (emit_json, gpu_options, json_option, load_gpu, load_profile,
+from .common import (eager_option, emit_json, gpu_options, json_option, load_gpu, load_profile,
                      profile_label, profile_option, table)
 
 POS = click.IntRange(min=1)
@@ -15,7 +15,7 @@ def predict():
     """Predict the latency of a kernel (or, later, a whole model) on a GPU."""
 
 
-def _report(op, gpu, spec_files, profile, as_json, title):
+def _report(op, gpu, spec_files, profile, as_json, title, eager=False):
     from ..timing import predict as predict_op
     from ..units import format_bytes, format_rate, format_seconds
 
@@ -28,11 +28,13 @@ def _report(op, gpu, spec_files, profile, as_json, title):
         kernel = kernel_of(op, spec)
         title = title.format(kernel=kernel.describe())
         extra = {"kernel": {"class": kernel.variant, "backend": kernel.backend, "label": kernel.label}}
-    t = predict_op(op, spec, prof)
+    t = predict_op(op, spec, prof, eager=eager)
+    if eager:
+        title += " (eager launches)"
     if as_json:
         emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
                    "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
-                   **extra, **t.as_dict()})
+                   "mode": "eager" if eager else "graph", **extra, **t.as_dict()})
         return
     rows = [
         ("latency", format_seconds(t.latency_s)),
@@ -82,14 +84,15 @@ def _report(op, gpu, spec_files, profile, as_json, title):
 @click.option("--group-size", type=POS, default=128, show_default=True, help="int4 group size.")
 @gpu_options
 @profile_option
+@eager_option
 @json_option
-def gemm(m, n, k, batch, dtype, group_size, gpu, spec_files, profile, as_json):
+def gemm(m, n, k, batch, dtype, group_size, gpu, spec_files, profile, eager, as_json):
     """A GEMM C[m,n] = A[m,k] @ W[n,k]^T (a Linear layer)."""
     from ..ops.gemm import Gemm
 
     op = Gemm(m=m, n=n, k=k, batch=batch, dtype=dtype.lower(), group_size=group_size)
     _report(op, gpu, spec_files, profile, as_json, f"GEMM {dtype} m={m} n={n} k={k}"
-            + (f" batch={batch}" if batch > 1 else ""))
+            + (f" batch={batch}" if batch > 1 else ""), eager)
 
 
 @predict.command()
@@ -111,9 +114,10 @@ def gemm(m, n, k, batch, dtype, group_size, gpu, spec_files, profile, as_json):
                                               "(overrides --variant).")
 @gpu_options
 @profile_option
+@eager_option
 @json_option
 def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, page_size, dtype,
-              kv_dtype, variant, backend, gpu, spec_files, profile, as_json):
+              kv_dtype, variant, backend, gpu, spec_files, profile, eager, as_json):
     """Fused attention forward (prefill) or decode against a KV cache."""
     from ..errors import UserError
     from ..ops.attention import Attention
@@ -130,7 +134,7 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
                    variant=variant, backend=backend, page_size=page_size)
     _report(op, gpu, spec_files, profile, as_json,
             f"{{kernel}} {dtype} b={batch} h={heads}/{kv_heads or heads} "
-            f"q={seq_q} kv={seq_kv} d={head_dim}{' causal' if causal else ''}")
+            f"q={seq_q} kv={seq_kv} d={head_dim}{' causal' if causal else ''}", eager)
 
 
 @predict.command()
@@ -150,9 +154,10 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
                    "combine) instead of PyTorch ops one by one, as the harness measures.")
 @gpu_options
 @profile_option
+@eager_option
 @json_option
 def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fused, gpu, spec_files,
-        profile, as_json):
+        profile, eager, as_json):
     """A MoE layer: router, top-k, dispatch, grouped expert GEMMs (SwiGLU), combine."""
     from ..ops.moe import MoE
 
@@ -160,7 +165,7 @@ def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fuse
              dtype=dtype.lower(), routing=routing, imbalance=imbalance, ep=ep,
              **({"routing_kernels": 3, "eager": False} if fused else {}))
     _report(op, gpu, spec_files, profile, as_json,
-            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}")
+            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", eager)
 
 
 def _collective_command(kind):
@@ -194,14 +199,15 @@ for _kind in ("allreduce", "allgather", "reducescatter", "alltoall"):
 @click.option("--bytes", "size", required=True, help="Size of the buffer, e.g. 1GiB.")
 @gpu_options
 @profile_option
+@eager_option
 @json_option
-def copy(size, gpu, spec_files, profile, as_json):
+def copy(size, gpu, spec_files, profile, eager, as_json):
     """A device-to-device copy (the buffer is read once and written once)."""
     from ..ops.memory import Copy
     from ..units import parse_quantity
 
     op = Copy(bytes=parse_quantity(size.replace(" ", ""), "bytes"))
-    _report(op, gpu, spec_files, profile, as_json, f"copy of {size}")
+    _report(op, gpu, spec_files, profile, as_json, f"copy of {size}", eager)
 
 
 @predict.command()
@@ -212,10 +218,11 @@ def copy(size, gpu, spec_files, profile, as_json):
 @click.option("--dtype", default="bf16", show_default=True)
 @gpu_options
 @profile_option
+@eager_option
 @json_option
-def norm(tokens, hidden, kind, dtype, gpu, spec_files, profile, as_json):
+def norm(tokens, hidden, kind, dtype, gpu, spec_files, profile, eager, as_json):
     """RMSNorm, LayerNorm or a row softmax over [tokens, hidden]."""
     from ..ops.memory import Norm
 
     op = Norm(tokens=tokens, hidden=hidden, kind=kind, dtype=dtype.lower())
-    _report(op, gpu, spec_files, profile, as_json, f"{kind} tokens={tokens} hidden={hidden}")
+    _report(op, gpu, spec_files, profile, as_json, f"{kind} tokens={tokens} hidden={hidden}", eager)
