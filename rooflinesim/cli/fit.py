@@ -170,9 +170,12 @@ def render(plan) -> str:
             tp_note = "no TP workspace at TP 1"
         elif workspace:
             tp_note = f"including {_b(workspace)} that appears only at TP > 1 (all-reduce workspace)"
+        elif o.vllm_tp_workspace_seen(s.spec):
+            tp_note = "with the TP workspace set to 0"
         else:
             tp_note = (f"not counting the {_b(o.vllm_tp_workspace)} TP workspace seen on "
-                       f"{'/'.join(o.vllm_tp_workspace_architectures)} GPUs over NVLink")
+                       f"{'/'.join(o.vllm_tp_workspace_architectures)} GPUs over NVLink "
+                       "(it is in the uncertainty instead)")
         lines.append(f"assumed: vLLM's non-torch memory {_b(o.vllm_non_torch_bytes(tp) + workspace)} at "
                      f"TP {tp}, {tp_note}; CUDA graphs live in the (1 - utilization) reserve")
     else:

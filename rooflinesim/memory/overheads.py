@@ -34,6 +34,16 @@ def _bytes(value: Any) -> float:
 Bytes = Annotated[float, BeforeValidator(_bytes)]
 
 
+def _names(value: Any) -> Any:
+    """A list of names, or one string of comma-separated names (as --set gives it)."""
+    if isinstance(value, str):
+        return tuple(v.strip().lower() for v in value.split(",") if v.strip())
+    return value
+
+
+Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+
+
 class Overheads(BaseModel):
     """Every default figure of the budget; sizes in bytes (read from '512 MiB' etc.)."""
 
@@ -52,7 +62,7 @@ class Overheads(BaseModel):
     vllm_non_torch_base: Bytes
     vllm_non_torch_per_peer: Bytes
     vllm_tp_workspace: Bytes
-    vllm_tp_workspace_architectures: tuple[str, ...]
+    vllm_tp_workspace_architectures: Names
     uncertainty_weights_fraction: float = Field(ge=0, le=1)
     uncertainty_activation_fraction: float = Field(ge=0, le=1)
     uncertainty_activation_moe_fraction: float = Field(ge=0, le=1)
