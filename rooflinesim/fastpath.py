@@ -21,7 +21,7 @@ from .dtypes import names as _dtype_names
 from .errors import UserError
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 3
+_VERSION = 4
 
 
 class SpecMethods:
@@ -146,7 +146,7 @@ def _bundled_dir() -> Path:
 
 def _inputs() -> list[Path]:
     """Every file the registry is built from: bundled and user specs, bundled profiles,
-    the model presets (their config.json files and index)."""
+    the model presets (their config.json files and index), the memory defaults."""
     from .models import presets
 
     folders = [_bundled_dir(), _bundled_dir() / "profiles"]
@@ -158,6 +158,9 @@ def _inputs() -> list[Path]:
     models = Path(str(presets._folder()))
     if models.is_dir():
         found += sorted(p for p in models.iterdir() if p.suffix == ".json")
+    overheads = Path(__file__).resolve().parent / "data" / "memory_overheads.yaml"
+    if overheads.is_file():
+        found.append(overheads)
     return found
 
 
@@ -172,6 +175,7 @@ def _build() -> dict:
     from .calibration.profile import (IDEAL, CollectiveParams, HostParams, KernelParams, bundled_profile,
                                       bundled_profiles)
     from .hardware import aliases, load_spec, spec_names
+    from .memory.overheads import load_overheads
     from .models.config import _load_preset
     from .models.presets import preset_names
 
@@ -182,7 +186,8 @@ def _build() -> dict:
             "kernel_defaults": KernelParams().model_dump(),
             "collective_defaults": CollectiveParams().model_dump(),
             "host_defaults": [HostParams().model_dump(), IDEAL.host_params().model_dump()],
-            "models": {n: _load_preset(n).model_dump() for n in preset_names()}}
+            "models": {n: _load_preset(n).model_dump() for n in preset_names()},
+            "memory_defaults": load_overheads().model_dump()}
 
 
 def _key(name: str) -> str:
@@ -221,6 +226,12 @@ def registry() -> dict | None:
         pass  # no cache: the next run validates again
     _REGISTRY = data
     return data
+
+
+def memory_defaults() -> dict | None:
+    """The validated defaults of ``data/memory_overheads.yaml`` when this process already
+    holds the registry (a cold CLI call), else None: the caller reads the file itself."""
+    return None if _REGISTRY is None else _REGISTRY.get("memory_defaults")
 
 
 def spec(name: str):

@@ -142,3 +142,26 @@ def test_batch_max_that_cannot_be_sized_is_one_sentence_and_exit_2(args, needle)
     assert code == 2
     assert needle in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model,extra", [
+    ("llama-3.1-8b", ["--tp", "8", "--weights", "int4"]),  # int4 group scales, vocab split
+    ("qwen3-30b-a3b", ["--tp", "8"]),  # 4 KV heads: each replicated on two GPUs
+    ("deepseek-v3", ["--tp", "8", "--ep", "8", "--weights", "fp8"]),  # MLA, whole experts per GPU
+    ("mixtral-8x7b", ["--tp", "2", "--ep", "2", "--weights", "int4"]),
+    ("qwen2.5-72b", ["--tp", "4"]),  # qkv biases, untied LM head
+    ("phi-3-mini-4k", ["--tp", "2", "--weights", "int8"]),
+])
+def test_predict_model_and_fit_report_the_same_weights_per_gpu(model, extra):
+    """One weight accounting: both commands give the same bytes for one GPU."""
+    code, out, err = run(["fit", "--model", model, "--gpu", "h200", "--context", "2304", *extra,
+                          "--json"])
+    assert code == 0, err
+    fitted = json.loads(out)["per_gpu"]
+    code, out, err = run(["predict", "model", "--model", model, "--gpu", "h200", "--batch", "1",
+                          "--prompt", "2048", "--gen", "256", *extra, "--json"])
+    assert code == 0, err
+    predicted = json.loads(out)
+    assert predicted["weights_bytes_per_gpu"] == pytest.approx(fitted["weights_bytes"], rel=1e-9)
+    # one sequence of 2,304 tokens: 144 whole blocks of 16, the planner's KV count
+    assert predicted["kv_cache_bytes_per_gpu"] == pytest.approx(fitted["kv_cache_bytes"], rel=1e-9)

@@ -108,7 +108,9 @@ _LABELS = {"embedding": "embedding", "lm_head": "LM head", "attention": "attenti
            "quant_scales": "quantization scales", "rotary_cache": "rotary cos/sin cache",
            "cuda_context": "CUDA context", "cublas_workspace": "cuBLAS workspace",
            "cuda_graphs": "CUDA graphs", "nccl_buffers": "NCCL buffers",
-           "non_torch": "non-torch memory (vLLM)", "weights": "weights", "kv_cache": "KV cache",
+           "non_torch": "non-torch memory (vLLM)",
+           "tp_workspace": "TP all-reduce workspace (vLLM, TP > 1)", "weights": "weights",
+           "kv_cache": "KV cache",
            "activation": "activation peak", "overheads": "overheads", "headroom": "headroom"}
 
 
@@ -153,14 +155,29 @@ def render(plan) -> str:
               "fewest GPUs that fit: " + (f"{plan.min_gpus} (TP {plan.min_tp}" + (
                   f", PP {s.par.pp})" if s.par.pp > 1 else ")") if plan.min_gpus else
                   f"none with TP up to 64 at PP {s.par.pp}")]
+    lo, hi = plan.kv_tokens_range
+    lines.append(f"uncertainty: KV room ± {_b(b.uncertainty_total)} ("
+                 + ", ".join(f"{k} {_b(v)}" for k, v in b.uncertainty.items())
+                 + f"), i.e. {lo:,} to {hi:,} tokens")
     if s.engine == "vllm":
+        o, tp = s.overheads, s.par.tp
         lines.append(f"vLLM: total {_b(cap)} x {s.utilization:g} = {_b(cap * s.utilization)}; "
                      f"profiling pass {s.max_num_batched_tokens:,} tokens, {s.max_num_seqs} sequences; "
-                     f"available KV cache memory {_b(b.kv_room)}; GPU KV cache size "
-                     f"{plan.kv_cache_tokens:,} tokens")
-        lines.append("assumed: vLLM's non-torch memory "
-                     f"{_b(s.overheads.vllm_non_torch_bytes(s.par.tp))} at TP {s.par.tp}; CUDA graphs "
-                     "live in the (1 - utilization) reserve")
+                     f"available KV cache memory {_b(b.kv_room)} ± {_b(b.uncertainty_total)}; "
+                     f"GPU KV cache size {plan.kv_cache_tokens:,} tokens")
+        workspace = o.vllm_tp_workspace_bytes(tp, s.spec)
+        if tp == 1:
+            tp_note = "no TP workspace at TP 1"
+        elif workspace:
+            tp_note = f"including {_b(workspace)} that appears only at TP > 1 (all-reduce workspace)"
+        elif o.vllm_tp_workspace_seen(s.spec):
+            tp_note = "with the TP workspace set to 0"
+        else:
+            tp_note = (f"not counting the {_b(o.vllm_tp_workspace)} TP workspace seen on "
+                       f"{'/'.join(o.vllm_tp_workspace_architectures)} GPUs over NVLink "
+                       "(it is in the uncertainty instead)")
+        lines.append(f"assumed: vLLM's non-torch memory {_b(o.vllm_non_torch_bytes(tp) + workspace)} at "
+                     f"TP {tp}, {tp_note}; CUDA graphs live in the (1 - utilization) reserve")
     else:
         o = s.overheads
         lines.append(f"assumed: prefill chunk {s.prefill_chunk_tokens:,} tokens; CUDA context "

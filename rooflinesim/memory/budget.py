@@ -9,8 +9,13 @@ against the card's driver-visible total):
 * ``engine="vllm"``: vLLM's own rule, so its start-up log can be checked: it may use
   total x gpu_memory_utilization; from that it takes the weights, the activation peak of its
   profiling pass at max_num_batched_tokens, and the memory it finds outside torch
-  (non_torch_memory, growing with TP); what is left is cut into KV blocks. CUDA graphs are
-  captured after the KV cache is allocated and live in the (1 - utilization) reserve.
+  (non_torch_memory, with a workspace that appears only at TP > 1); what is left is cut into
+  KV blocks. CUDA graphs are captured after the KV cache is allocated and live in the
+  (1 - utilization) reserve.
+
+Each budget states its uncertainty in bytes (the sum of its parts' bounds, from the scatter
+of published vLLM logs) and warns when the KV room is a small share of the budget, where a
+small absolute error is a large relative one.
 
 Every stage of a pipeline is budgeted; the figures reported are those of the stage with the
 least room (the binding GPU).
@@ -99,6 +104,13 @@ class StageBudget:
     headroom: float
     capacity: float
     kv_room: float  # bytes the KV cache may take on this GPU
+    budget_bytes: float = 0.0  # what the deployment may use: capacity x utilization
+    uncertainty: dict[str, float] = field(default_factory=dict)  # bytes each part may be off
+
+    @property
+    def uncertainty_total(self) -> float:
+        """Bytes the KV room may be off, either way (the parts' bounds added)."""
+        return sum(self.uncertainty.values())
 
     @property
     def weights_total(self) -> float:
@@ -133,19 +145,26 @@ def budget(s: Setup, batch: int, context: int) -> list[StageBudget]:
         if s.engine == "vllm":  # its profiling pass: max_num_batched_tokens, max_num_seqs rows
             tokens = s.max_num_batched_tokens
             rows = min(s.max_num_seqs, tokens)
-            overheads = {"non_torch": o.vllm_non_torch_bytes(par.tp)}
+            overheads = {"non_torch": o.vllm_non_torch_bytes(par.tp),
+                         "tp_workspace": o.vllm_tp_workspace_bytes(par.tp, s.spec)}
+            overhead_error = o.vllm_non_torch_uncertainty(par.tp, s.spec)
         else:  # one prefill chunk of this batch; logits of one row per sequence
             tokens = min(s.prefill_chunk_tokens, batch * context)
             rows = min(batch, tokens)
             overheads = {"cuda_context": o.cuda_context, "cublas_workspace": o.cublas_workspace,
                          "cuda_graphs": o.cuda_graphs, "nccl_buffers": o.nccl_bytes(par.gpus)}
+            overhead_error = o.uncertainty_overheads_fraction * sum(overheads.values())
         usable = s.capacity_bytes * s.utilization
         act = activation_bytes(s.cfg, par.tp, par.ep, tokens, rows, act_dtype,
                                o.activation_hidden_copies, o.logits_fp32_copies, last)
         headroom = s.capacity_bytes - usable
         room = usable - sum(weights.values()) - act["peak"] - sum(overheads.values())
+        act_fraction = (o.uncertainty_activation_moe_fraction if s.cfg.is_moe
+                        else o.uncertainty_activation_fraction)
+        error = {"weights": o.uncertainty_weights_fraction * sum(weights.values()),
+                 "activation": act_fraction * act["peak"], "overheads": overhead_error}
         out.append(StageBudget(stage, len(layers), weights, kv, per_token, act, overheads,
-                               headroom, s.capacity_bytes, room))
+                               headroom, s.capacity_bytes, room, usable, error))
     return out
 
 
@@ -203,6 +222,13 @@ class MemoryPlan:
         return min((b.kv_tokens // bs) * bs for b in self.stages)
 
     @property
+    def kv_tokens_range(self) -> tuple[int, int]:
+        """KV tokens (whole blocks) of the binding GPU at the ends of its uncertainty."""
+        b, bs = self.per_gpu, self.setup.block_size
+        return tuple(tokens_from_kv_memory(b.kv_room + sign * b.uncertainty_total,
+                                           b.kv_bytes_per_token, bs) for sign in (-1, 1))
+
+    @property
     def max_concurrency(self) -> float:
         """Requests of ``context`` tokens the KV cache holds at once (tokens / context)."""
         return self.kv_cache_tokens / self.context
@@ -234,6 +260,8 @@ class MemoryPlan:
                     "max_num_seqs": s.max_num_seqs,
                     "vllm_non_torch_base_bytes": o.vllm_non_torch_base,
                     "vllm_non_torch_per_peer_bytes": o.vllm_non_torch_per_peer,
+                    "vllm_tp_workspace_bytes": o.vllm_tp_workspace_bytes(s.par.tp, s.spec),
+                    "vllm_tp_workspace_seen_on_this_gpu": o.vllm_tp_workspace_seen(s.spec),
                     "cuda_graphs": "captured after the KV cache, inside the (1 - utilization) reserve"}
         return {**common, "engine": "neutral", "prefill_chunk_tokens": s.prefill_chunk_tokens,
                 "cuda_context_bytes": o.cuda_context, "cublas_workspace_bytes": o.cublas_workspace,
@@ -260,6 +288,10 @@ class MemoryPlan:
             },
             "kv_bytes_per_token": b.kv_bytes_per_token,
             "kv_cache_tokens": self.kv_cache_tokens,
+            "kv_room_bytes": b.kv_room,
+            "kv_room_uncertainty_bytes": b.uncertainty_total,
+            "kv_room_uncertainty": dict(b.uncertainty),
+            "kv_cache_tokens_range": list(self.kv_tokens_range),
             "max_concurrency": round(self.max_concurrency, 2),
             "max_batch": self.max_batch,
             "max_context": self.max_context,
@@ -273,6 +305,7 @@ class MemoryPlan:
             d["vllm"] = {"total_gpu_memory_bytes": s.capacity_bytes,
                          "usable_bytes": s.capacity_bytes * s.utilization,
                          "available_kv_cache_bytes": b.kv_room,
+                         "available_kv_cache_uncertainty_bytes": b.uncertainty_total,
                          "gpu_kv_cache_tokens": self.kv_cache_tokens,
                          "max_num_batched_tokens": s.max_num_batched_tokens,
                          "max_num_seqs": s.max_num_seqs}
@@ -356,6 +389,9 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
                         f"capacity, which overstates what a process can allocate")
     stages = budget(s, batch, context)
     fits = _fits(stages, s)
+    low = _low_room_warning(_binding(stages), s)
+    if low:
+        warnings.append(low)
 
     def ok(setup: Setup, b: int, c: int) -> bool:
         return _fits(budget(setup, b, c), setup)
@@ -369,6 +405,20 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
     min_tp = next((t for t in _valid_tps(cfg, s.par.ep) if ok(s.with_tp(t), batch, context)), None)
     return MemoryPlan(s, batch, context, stages, fits, max_batch, max_context, limited_by,
                       None if min_tp is None else min_tp * s.par.pp, min_tp, warnings)
+
+
+def _low_room_warning(b: StageBudget, s: Setup) -> str | None:
+    """A sentence when the KV room is under ``low_kv_room_fraction`` of the budget."""
+    share = b.kv_room / b.budget_bytes if b.budget_bytes else 0.0
+    if share >= s.overheads.low_kv_room_fraction:
+        return None
+    if b.kv_room <= 0:
+        return (f"no room is left for the KV cache (short by {gib(-b.kv_room):.2f} GiB, "
+                f"± {gib(b.uncertainty_total):.2f} GiB)")
+    return (f"the KV cache gets only {gib(b.kv_room):.2f} GiB, {100 * share:.1f}% of the "
+            f"{gib(b.budget_bytes):.1f} GiB budget: the ± {gib(b.uncertainty_total):.2f} GiB "
+            f"uncertainty of the other parts is ± {100 * b.uncertainty_total / b.kv_room:.0f}% "
+            f"of the KV tokens")
 
 
 def largest_batch(s: Setup, context: int) -> int:

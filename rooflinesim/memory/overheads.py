@@ -34,6 +34,16 @@ def _bytes(value: Any) -> float:
 Bytes = Annotated[float, BeforeValidator(_bytes)]
 
 
+def _names(value: Any) -> Any:
+    """A list of names, or one string of comma-separated names (as --set gives it)."""
+    if isinstance(value, str):
+        return tuple(v.strip().lower() for v in value.split(",") if v.strip())
+    return value
+
+
+Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+
+
 class Overheads(BaseModel):
     """Every default figure of the budget; sizes in bytes (read from '512 MiB' etc.)."""
 
@@ -51,14 +61,41 @@ class Overheads(BaseModel):
     int4_group_size: int = Field(ge=1)
     vllm_non_torch_base: Bytes
     vllm_non_torch_per_peer: Bytes
+    vllm_tp_workspace: Bytes
+    vllm_tp_workspace_architectures: Names
+    uncertainty_weights_fraction: float = Field(ge=0, le=1)
+    uncertainty_activation_fraction: float = Field(ge=0, le=1)
+    uncertainty_activation_moe_fraction: float = Field(ge=0, le=1)
+    uncertainty_non_torch: Bytes
+    uncertainty_overheads_fraction: float = Field(ge=0, le=1)
+    low_kv_room_fraction: float = Field(ge=0, le=1)
 
     def nccl_bytes(self, gpus: int) -> float:
         """NCCL buffers of one GPU among ``gpus`` that talk to each other (0 when alone)."""
         return 0.0 if gpus <= 1 else self.nccl_base + self.nccl_per_peer * (gpus - 1)
 
     def vllm_non_torch_bytes(self, tp: int) -> float:
-        """vLLM's non-torch memory of one worker at tensor parallelism ``tp``."""
+        """vLLM's non-torch memory of one worker at tensor parallelism ``tp``, without the
+        TP workspace (``vllm_tp_workspace_bytes``)."""
         return self.vllm_non_torch_base + self.vllm_non_torch_per_peer * (tp - 1)
+
+    def vllm_tp_workspace_seen(self, spec) -> bool:
+        """Whether vLLM's TP workspace was seen on this kind of GPU: one of
+        ``vllm_tp_workspace_architectures`` joined by NVLink."""
+        return (spec.architecture in self.vllm_tp_workspace_architectures
+                and spec.interconnect.link.startswith("nvlink"))
+
+    def vllm_tp_workspace_bytes(self, tp: int, spec) -> float:
+        """The non-torch memory vLLM's profiling pass adds only at TP > 1 (0 at TP 1 and on
+        GPUs where it was not seen)."""
+        return self.vllm_tp_workspace if tp > 1 and self.vllm_tp_workspace_seen(spec) else 0.0
+
+    def vllm_non_torch_uncertainty(self, tp: int, spec) -> float:
+        """How far vLLM's non-torch memory may be off: the logs' spread where they cover the
+        GPU, else (TP > 1 elsewhere) the TP workspace itself."""
+        if tp > 1 and not self.vllm_tp_workspace_seen(spec):
+            return max(self.uncertainty_non_torch, self.vllm_tp_workspace)
+        return self.uncertainty_non_torch
 
 
 def _read_yaml(path: Path, what: str) -> dict:

@@ -5,9 +5,13 @@ Sharding follows vLLM's layers: q, the MLA up-projections and gate/up are column
 (output features split over TP), o and down are row-parallel (input features split); k and v
 split by KV head, one head per GPU and replicated when there are fewer KV heads than GPUs;
 the MLA down-projections (q_a, kv_a) are replicated. Routed experts are split over EP (whole
-experts per EP rank) and each expert over the TP ranks of its EP group (tp / ep). The
-embedding and LM head are vocab-parallel over TP, after padding the vocabulary; a tied LM
-head is the embedding, counted once (with PP the last stage keeps its own copy).
+experts per EP rank) and each expert over the TP ranks of its EP group (tp / ep; whole
+experts when EP spans more GPUs than TP, over data-parallel replicas). The embedding and LM
+head are vocab-parallel over TP, after padding the vocabulary; a tied LM head is the
+embedding, counted once (with PP the last stage keeps its own copy).
+
+This is the one weight accounting: ``rooflinesim fit`` budgets ``weight_bytes`` per stage,
+and ``predict model`` reports ``gpu_weight_bytes`` (the stage holding the most).
 
 Quantization convention (what real GPTQ/AWQ/FP8/INT8 checkpoints do): every linear layer of
 attention, MLP and experts is quantized; the embedding, LM head, norms and MoE router stay
@@ -25,7 +29,8 @@ from ..dtypes import bytes_per_element
 from ..errors import UserError, did_you_mean
 
 __all__ = ["WEIGHT_DTYPES", "KV_DTYPES", "Quantization", "Parallelism", "Linear",
-           "layer_linears", "stage_layers", "weight_bytes", "rotary_cache_bytes"]
+           "layer_linears", "stage_layers", "weight_bytes", "gpu_weight_bytes",
+           "rotary_cache_bytes", "default_vocab_padding"]
 
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
@@ -222,15 +227,31 @@ def rotary_cache_bytes(cfg, hp_bytes: float) -> float:
     return cfg.max_position_embeddings * rotary * hp_bytes
 
 
+def default_vocab_padding() -> int:
+    """The bundled ``vocab_padding`` of ``rooflinesim/data/memory_overheads.yaml``, read from
+    the validated-file cache when a cold CLI call already holds it (no YAML parsing)."""
+    from .. import fastpath
+
+    cached = fastpath.memory_defaults()
+    if cached is not None:
+        return int(cached["vocab_padding"])
+    from .overheads import load_overheads
+
+    return load_overheads().vocab_padding
+
+
 def weight_bytes(cfg, par: Parallelism, q: Quantization, stage: int = 0,
-                 vocab_padding: int = 64) -> dict[str, float]:
-    """Bytes of weights one GPU of pipeline ``stage`` holds, by component."""
+                 vocab_padding: int | None = None) -> dict[str, float]:
+    """Bytes of weights one GPU of pipeline ``stage`` holds, by component (vocab_padding
+    None: the bundled default)."""
+    if vocab_padding is None:
+        vocab_padding = default_vocab_padding()
     hp = bytes_per_element(q.high_precision_dtype)
     layers = stage_layers(cfg.num_layers, par.pp)[stage]
     first, last = stage == 0, stage == par.pp - 1
     parts = dict.fromkeys(("embedding", "lm_head", "attention", "dense_mlp", "routed_experts",
                            "shared_experts", "router", "norms", "quant_scales", "rotary_cache"), 0.0)
-    expert_tp = par.tp // par.ep
+    expert_tp = par.tp // par.ep if par.ep <= par.tp else 1  # ep > tp: whole experts
     local_experts = cfg.num_experts / par.ep if cfg.num_experts else 0
     for kind in ("dense", "moe"):
         n_layers = sum(1 for i in layers if cfg.layer_kinds[i] == kind)
@@ -256,3 +277,12 @@ def weight_bytes(cfg, par: Parallelism, q: Quantization, stage: int = 0,
         parts["lm_head"] = table
     parts["rotary_cache"] = rotary_cache_bytes(cfg, hp)
     return parts
+
+
+def gpu_weight_bytes(cfg, par: Parallelism, q: Quantization,
+                     vocab_padding: int | None = None) -> float:
+    """Weight bytes of the GPU that holds the most (the largest pipeline stage); with PP 1
+    every GPU holds the same."""
+    if vocab_padding is None:
+        vocab_padding = default_vocab_padding()
+    return max(sum(weight_bytes(cfg, par, q, s, vocab_padding).values()) for s in range(par.pp))

@@ -196,27 +196,21 @@ def _expert_split(model, d: Deployment) -> tuple[int, int]:
 
 
 def weight_bytes_per_gpu(model, d: Deployment) -> float:
-    """Weights on one GPU: every parameter in its storage dtype, spread evenly over the
-    tp * pp GPUs of a replica (replicated norms and KV projections are ignored). int4
-    adds one bf16 scale per group."""
-    c = model.param_counts()
-    act = bytes_per_element(d.activations)
-    unquantized = c["embedding"] + c["lm_head"] + c["norms"] + c["router"]
-    w = bytes_per_element(d.weights)
-    if d.weights == "int4":
-        w += bytes_per_element("bf16") / d.group_size
-    total = (model.total_params() - unquantized) * w + unquantized * act
-    return total / d.gpus_per_replica
+    """Weights on the GPU of a replica that holds the most, as ``rooflinesim fit`` counts
+    them (``memory.weights``, the one accounting: sharded, replicated and 16-bit parts,
+    quantization scales; int4 as GPTQ with ``d.group_size``)."""
+    from ..memory.weights import Parallelism, Quantization, gpu_weight_bytes
+
+    shard(model, d)  # the deployment's own checks first
+    return gpu_weight_bytes(model, Parallelism(d.tp, d.pp, d.ep), Quantization(d.weights, d.group_size))
 
 
 def kv_bytes_per_token_per_gpu(model, d: Deployment) -> float:
-    """KV-cache bytes one token of one sequence adds on a GPU of the largest stage."""
-    layers = max(shard(model, d).stage_layers)
-    b = bytes_per_element(d.kv_cache)
-    if model.is_mla:  # the latent and RoPE key, replicated on every TP rank
-        return layers * (model.kv_lora_rank + model.qk_rope_head_dim) * b
-    kv_local = max(model.num_kv_heads // d.tp, 1)
-    return layers * kv_local * (model.head_dim + model.v_head_dim) * b
+    """KV-cache bytes one token of one sequence adds on a GPU of the largest stage (the
+    memory planner's count: ``memory.kv.kv_bytes_per_token``)."""
+    from ..memory.kv import kv_bytes_per_token
+
+    return kv_bytes_per_token(model, d.tp, d.kv_cache, max(shard(model, d).stage_layers))
 
 
 def max_batch(model, d: Deployment, spec, context: int, memory_fraction: float = 0.9) -> int:
