@@ -5,7 +5,10 @@ GPU runs what is already queued. Host and GPU are two stages in series: over a r
 calls (a timing loop, a layer, a forward pass) the slower stage sets the pace, so a small
 kernel costs about its host time and a long one its GPU time:
 
-    eager time = max(host time, GPU time + kernels x gap)
+    eager time = corner(host time, GPU time + kernels x gap)
+
+(``corner``: the hard max, or a p-norm where the profile fits one: near the crossover
+host and GPU stall each other, and a call takes longer than either alone)
 
 where the host time of a call is ``call_s + kernel_s x kernels`` (``HostParams`` of the
 op's key in the profile, fitted to the harness's eager measurements) and the GPU time is
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .timing import Timing, with_fields
+from .timing import Timing, corner, with_fields
 
 
 def host_keys(op, spec) -> tuple:
@@ -56,7 +59,8 @@ def eager_timing(op, spec, profile, graph: Timing) -> Timing:
     """``graph`` (the op's graph-mode timing) as eager launches time it."""
     from .ops.sequence import Sequence
 
-    gap = profile.host_params().gap_s
+    base = profile.host_params()
+    gap = base.gap_s
     if isinstance(op, Sequence):
         host, gpu = host_s(op, spec, profile), 0.0
         for (_, part, count), (_, t) in zip(op.kernels(), graph.parts):
@@ -64,7 +68,7 @@ def eager_timing(op, spec, profile, graph: Timing) -> Timing:
             gpu = gpu + t.latency_s + count * gap * _kernels(part)
     else:
         host, gpu = host_s(op, spec, profile), graph.latency_s + gap * _kernels(op)
-    latency = np.maximum(host, gpu)
+    latency = corner([host, gpu], base.corner or None)
     bound = np.where(host > gpu, "host", graph.bound) if np.ndim(latency) else (
         "host" if host > gpu else graph.bound)
     return with_fields(graph, latency_s=latency if np.ndim(latency) else float(latency), bound=bound,

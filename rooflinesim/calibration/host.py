@@ -50,9 +50,32 @@ def host_groups(records, spec) -> list[HostGroup]:
 
 def _with_host(profile: Profile, key: str, params: HostParams) -> Profile:
     host = {**profile.host, key: params}
-    if key == "copy" and "default" not in profile.host:  # (one kernel, no other work: the default)
-        host["default"] = params
+    if key == "copy":  # (one kernel, no other work: the default, with the shared corner)
+        host["default"] = params.model_copy(update={"corner": profile.host_params().corner})
     return profile.model_copy(update={"host": host})
+
+
+def _with_corner(profile: Profile, p: float) -> Profile:
+    host = dict(profile.host)
+    host["default"] = host.get("default", HostParams()).model_copy(update={"corner": p})
+    return profile.model_copy(update={"host": host})
+
+
+def _fit_corner(records, spec, base: Profile) -> Profile:
+    """The one p-norm joining host and GPU time, fitted on every eager record with the
+    host times of a hard-max fit."""
+    from scipy.optimize import least_squares
+
+    meas = np.array([r["measured_s"] for r in records])
+
+    def residual(x):
+        pred = np.array([np.nan if p is None else p for _, p, _ in
+                         predict_records(records, spec, _with_corner(base, float(x[0])))])
+        r = np.log(pred / meas)
+        return np.where(np.isfinite(r), r, 5.0)
+
+    res = least_squares(residual, [6.0], bounds=([1.5], [40.0]), loss="soft_l1", f_scale=0.05, max_nfev=60)
+    return _with_corner(base, float(res.x[0]))
 
 
 def _fit_one(group: HostGroup, records, spec, base: Profile) -> HostParams:
@@ -86,7 +109,15 @@ def fit_host(meas_records, spec, profile: Profile, folds: int = 5) -> tuple[Prof
     recs = [r for r in meas_records if is_eager(r) and r.get("hardware") in (None, spec.name)]
     errors: dict[int, tuple[str, float]] = {}
     group_cv: dict[str, dict] = {}
-    for group in host_groups(recs, spec):
+    groups = host_groups(recs, spec)
+    if len(recs) >= 10:  # host times with a hard max, the corner on them, then host times again
+        first = profile
+        for group in groups:
+            mine = [r for r in recs if group.select(r)]
+            if len(mine) >= 3:
+                first = _with_host(first, group.key, _fit_one(group, mine, spec, first))
+        profile = _with_corner(profile, _fit_corner(recs, spec, first).host_params().corner)
+    for group in groups:
         mine = [r for r in recs if group.select(r)]
         if len(mine) < 3:
             continue

@@ -151,6 +151,9 @@ class HostParams(BaseModel):
     kernel_s: float = Field(0.0, ge=0, description="host time per kernel the call launches")
     gap_s: float = Field(0.0, ge=0, description=(
         "GPU time between back-to-back eagerly launched kernels, beyond a graph's"))
+    corner: float = Field(0.0, ge=0, description=(
+        "p-norm joining host and GPU time (0: the hard max); near the crossover the two "
+        "stages stall each other"))
     n: int = Field(0, ge=0, description="eager measurements it was fitted on (0: not fitted)")
 
 
