@@ -15,7 +15,8 @@ def gpu_options(f):
     f = click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
                      help="Extra GPU spec YAML file(s) to register (repeatable).")(f)
     f = click.option("--gpu", default="h100", show_default=True,
-                     help="GPU spec name or alias (see `rooflinesim specs list`), or a spec YAML path.")(f)
+                     help="GPU spec name or alias (see `rooflinesim specs list`), the device name "
+                          "torch reports (e.g. 'NVIDIA H200'), or a spec YAML path.")(f)
     return f
 
 
