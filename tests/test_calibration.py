@@ -162,3 +162,59 @@ def test_gemm_stride_regimes_fit_apart_when_measured_enough():
     main = next(g for g in fit._groups(records.Measurements(records=aligned + odd_tall(25)), spec)
                 if g.name == "gemm/bf16")
     assert "align8_compute" not in main.free  # no 4-8-byte strides to fit them on
+
+
+# ------------------------------------------------------------------ hardware names
+
+
+def _as_measured_on(path, hardware, tmp_path, memory_bytes=None, n=None):
+    """A copy of a measurement file whose header and records name ``hardware`` (as the
+    harness writes what torch reports), optionally with another memory size."""
+    out = []
+    for line in Path(path).read_text().splitlines()[:n]:
+        rec = json.loads(line)
+        target = rec["run"] if "run" in rec else rec
+        target["hardware"] = hardware
+        if "run" in rec and memory_bytes is not None:
+            rec["run"]["total_memory_bytes"] = memory_bytes
+        out.append(json.dumps(rec))
+    f = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+    f.write_text("\n".join(out) + "\n")
+    return f
+
+
+def test_validate_accepts_the_device_name_torch_reports(tmp_path):
+    f = _as_measured_on(H200_DATA / "quick.jsonl", "NVIDIA H200", tmp_path)
+    meas = records.load([f])
+    rep = validate(meas, load_spec("h200"), IDEAL, "ideal")
+    assert len(rep.rows) == len(meas.records)
+    assert all(s["reason"].startswith("failed measurement") for s in rep.skipped)
+    code, out, err = cli(["validate", str(f), "--gpu", "NVIDIA H200", "--worst", "0"])
+    assert code == 0, err
+    assert f"{len(meas.records)} records predicted on h200-sxm" in out
+    rep = validate(meas, load_spec("h100"), IDEAL, "ideal")  # and other GPUs' records are not
+    assert not rep.rows and {s["reason"] for s in rep.skipped
+                             if not s["reason"].startswith("failed")} == {
+        "measured on NVIDIA H200 (h200-sxm), not h100-sxm"}
+
+
+def test_a_shared_device_name_is_read_by_the_memory_the_run_reports(tmp_path):
+    """ROCm's generic 'AMD Radeon Graphics' is the MI300X or the MI325X: the run header's
+    total_memory_bytes decides, and the report says so."""
+    src = H200_DATA / "quick.jsonl"
+    f = _as_measured_on(src, "AMD Radeon Graphics", tmp_path, memory_bytes=255.98 * 2**30, n=20)
+    meas = records.load([f])
+    rep = validate(meas, load_spec("mi325x"), IDEAL, "ideal")
+    assert len(rep.rows) == len(meas.records)
+    assert len(rep.notes) == 1 and "read as mi325x" in rep.notes[0]
+    rep = validate(meas, load_spec("mi300x"), IDEAL, "ideal")
+    assert not rep.rows and "(mi325x), not mi300x" in rep.skipped[0]["reason"]
+    code, out, _ = cli(["validate", str(f), "--gpu", "mi325x", "--worst", "0"])
+    assert code == 0 and "note: 'AMD Radeon Graphics' with 256 GiB of memory read as mi325x" in out
+    # without a memory size the records cannot be placed, and the reason says why
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(line + "\n" for line in f.read_text().splitlines()
+                            if '"run"' not in line))
+    rep = validate(records.load([bare]), load_spec("mi325x"), IDEAL, "ideal")
+    assert not rep.rows and "only the memory size" in rep.skipped[0]["reason"]
+

@@ -15,7 +15,7 @@ fall in the same fold, so a shape is never predicted by a fit that saw it.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,8 @@ from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
 from .profile import CollectiveParams, KernelParams, Profile
-from .records import COLLECTIVES, Measurements, Unpredictable, to_op
-from .validate import stats
+from .records import COLLECTIVES, Measurements, Unpredictable, measured_on, to_op
+from .validate import reasons, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -355,13 +355,17 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     """Fit every group in order; return the profile and held-out error per record op."""
     if not meas.records:
         raise UserError("no successful measurements to fit")
+    mine, elsewhere, notes = measured_on(meas, spec)
+    if not mine:
+        raise UserError(f"none of the {len(meas.records)} measurements was taken on "
+                        f"{spec.name}: {reasons(elsewhere)}")
+    meas = replace(meas, records=mine)
     groups = _groups(meas, spec)
     profile = Profile(gpu=spec.name, kind="fitted")
     cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
     for group in groups:
-        recs = [r for r in meas.records if group.select(r)
-                and r.get("hardware") in (None, spec.name)]
+        recs = [r for r in meas.records if group.select(r)]
         if len(recs) < 3:
             continue
         fold = _folds(recs, min(folds, len({_shape_key(r) for r in recs})))
@@ -386,7 +390,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     for op, e in cv_errors.values():
         by_op.setdefault(op, []).append(e)
     cv = {op: stats(e) for op, e in sorted(by_op.items())}
-    run = next(iter(meas.runs.values()), {})
+    used_runs = {r.get("run_id") for r in mine}
+    run = next((v for k, v in meas.runs.items() if k in used_runs), next(iter(meas.runs.values()), {}))
     profile = profile.model_copy(update={
         "provenance": {
             "vendor": spec.vendor,
@@ -399,6 +404,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
             "measurements": len(meas.records),
             "files": list(sources),
             "method": f"robust least squares on log time; {folds}-fold cross-validation over shapes",
+            **({"left_out": f"{len(elsewhere)} records measured on other GPUs"} if elsewhere else {}),
+            **({"hardware_notes": notes} if notes else {}),
         },
         "validation": {"cross_validated": cv, "groups": group_cv},
     })

@@ -50,6 +50,9 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     click.echo(f"wrote {out}: {sum(s['n'] for s in cv.values())} measurements, "
                f"{folds}-fold cross-validated error on held-out shapes:")
     click.echo(_stats_table(cv))
+    prov = profile.provenance
+    for note in [prov[k] for k in ("left_out",) if k in prov] + prov.get("hardware_notes", []):
+        click.echo(f"note: {note}")
 
 
 @click.command()
@@ -79,6 +82,8 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
         emit_json(rep.as_dict(worst))
         return
     click.echo(f"{len(rep.rows)} records predicted on {spec.name} [profile: {profile_label(prof)}]")
+    for note in rep.notes:
+        click.echo(f"note: {note}")
     click.echo(_stats_table(rep.ops))
     if worst and rep.rows:
         click.echo("\nworst cases:")
