@@ -79,8 +79,13 @@ def profile_label(prof) -> str:
     if prof.kind == "ideal":
         return "ideal (datasheet roofline)"
     if prof.kind == "transferred":
-        return f"transferred from {prof.provenance.get('transferred_from')}"
-    return f"fitted on {prof.gpu}"
+        label = f"transferred from {prof.provenance.get('transferred_from')}"
+    else:
+        label = f"fitted on {prof.gpu}"
+    kept = prof.provenance.get("prior_kept") or {}
+    if kept:  # families no record fitted: the ideal profile's parameters price them
+        label += f"; ideal for want of records: {', '.join(kept)}"
+    return label
 
 
 def emit_json(obj) -> None:
