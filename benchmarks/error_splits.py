@@ -54,7 +54,7 @@ def main() -> None:
     args = ap.parse_args()
     spec = load_gpu(args.gpu, ())
     profile = load_profile(spec, None)
-    recs = [r for r in records.load(args.files).records if _classes(r)]
+    recs = [r for r in records.measured_on(records.load(args.files), spec)[0] if _classes(r)]
     errors: dict[str, list[float]] = {}
     for rec, predicted, _ in predict_records(recs, spec, profile):
         if predicted:

@@ -21,7 +21,7 @@ from .dtypes import names as _dtype_names
 from .errors import UserError
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 4
+_VERSION = 5
 
 
 class SpecMethods:
@@ -174,13 +174,16 @@ def _build() -> dict:
     """Validate every bundled and user spec and profile (the slow path), as plain data."""
     from .calibration.profile import (IDEAL, CollectiveParams, HostParams, KernelParams, bundled_profile,
                                       bundled_profiles)
-    from .hardware import aliases, load_spec, spec_names
+    from .hardware import aliases, device_names, load_spec, spec_names
     from .memory.overheads import load_overheads
     from .models.config import _load_preset
     from .models.presets import preset_names
 
     specs = {n: load_spec(n).model_dump() for n in spec_names()}
-    lookup = {**{_key(a): c for a, c in aliases().items()}, **{_key(n): n for n in specs}}
+    # device names that several GPUs share are left out: only memory tells those apart,
+    # and the validating path says so
+    lookup = {**{_key(d): c[0] for d, c in device_names().items() if len(c) == 1},
+              **{_key(a): c for a, c in aliases().items()}, **{_key(n): n for n in specs}}
     profiles = {g: bundled_profile(g).model_dump() for g in bundled_profiles()}
     return {"specs": specs, "lookup": lookup, "profiles": profiles,
             "kernel_defaults": KernelParams().model_dump(),

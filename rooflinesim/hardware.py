@@ -3,13 +3,16 @@
 A spec file holds human units ("3.35 TB/s", "50 MiB", "989 TFLOPS"); validators turn them
 into SI floats once, at load. Peak rates are dense (no 2:4 sparsity). The registry reads
 the bundled specs, every *.yaml in the directories of ROOFLINESIM_SPECS_DIR and any extra
-files passed in; it indexes names and aliases from the parsed YAML and validates a spec
-only when it is asked for, so resolving a name stays cheap.
+files passed in; it indexes names, aliases and device names (what torch or nvidia-smi
+reports) from the parsed YAML and validates a spec only when it is asked for, so resolving
+a name stays cheap. A device name that several specs list is told apart by the memory
+size a measurement reports.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -33,8 +36,8 @@ from .units import parse_quantity
 
 __all__ = [
     "ENV_VAR", "RATE_KEYS", "GpuSpec", "Compute", "Memory", "Chip", "Interconnect",
-    "spec_names", "aliases", "resolve", "load_spec", "load_spec_file", "validate_spec_file",
-    "json_schema",
+    "spec_names", "aliases", "device_names", "resolve", "identify", "load_spec", "load_spec_file",
+    "validate_spec_file", "json_schema", "MEMORY_TOLERANCE",
 ]
 
 ENV_VAR = "ROOFLINESIM_SPECS_DIR"
@@ -80,6 +83,7 @@ OptRate = _quantity("flops_per_s", "3.9 TFLOPS", optional=True)
 OptHz = _quantity("hz", "1830 MHz", optional=True)
 Source = Annotated[str, Field(min_length=1, description="where the figures come from")]
 SpecName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+DeviceName = Annotated[str, Field(min_length=1, max_length=120, pattern=r"\S")]
 
 
 class _Model(BaseModel):
@@ -180,6 +184,10 @@ class GpuSpec(_Model, SpecMethods):
     vendor: Literal["nvidia", "amd"]
     architecture: str = Field(min_length=1)
     aliases: list[SpecName] = Field(default_factory=list, description="short names, lower case")
+    device_names: list[DeviceName] = Field(default_factory=list, description=(
+        "names the driver reports for this GPU (torch.cuda.get_device_name(), nvidia-smi, "
+        "ROCm), matched case-insensitively; a name that several specs list is told apart by "
+        "the memory size a measurement reports"))
     compute: Compute
     memory: Memory
     chip: Chip
@@ -189,6 +197,15 @@ class GpuSpec(_Model, SpecMethods):
     def __hash__(self) -> int:  # usable as a cache key; equal specs share a name
         return hash(self.name)
 
+    @field_validator("device_names")
+    @classmethod
+    def _distinct_device_names(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in value:
+            if _key(name) in seen:
+                raise UserError(f"'{name}' is listed twice (names compare case-insensitively)")
+            seen.add(_key(name))
+        return value
 
 
 def json_schema() -> dict:
@@ -338,8 +355,8 @@ def _user_files() -> list[Path]:
     return found
 
 
-def _names_in(path, strict: bool) -> tuple[str, list[str]]:
-    """Canonical name and aliases a file declares, without validating it.
+def _names_in(path, strict: bool) -> tuple[str, list[str], list[str]]:
+    """Canonical name, aliases and device names a file declares, without validating it.
 
     A file that cannot be parsed is indexed under its file name, so the error shows up
     when it is loaded (``strict`` raises at once instead).
@@ -350,25 +367,33 @@ def _names_in(path, strict: bool) -> tuple[str, list[str]]:
     except UserError:
         if strict:
             raise
-        return stem, []
+        return stem, [], []
     name = _key(raw["name"]) if isinstance(raw.get("name"), str) else stem
-    declared = raw.get("aliases")
-    found = [_key(a) for a in declared if isinstance(a, str)] if isinstance(declared, list) else []
-    return name, found + ([stem] if stem != name else [])
+    strings = lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else []  # noqa: E731
+    found = [_key(a) for a in strings(raw.get("aliases"))]
+    return name, found + ([stem] if stem != name else []), strings(raw.get("device_names"))
 
 
-def _index(spec_files=()) -> tuple[dict, dict]:
-    """(canonical name -> file, name or alias -> canonical name); later files win."""
+def _index(spec_files=()) -> tuple[dict, dict, dict]:
+    """(canonical name -> file, name or alias -> canonical name, device name key ->
+    (the name as first written, canonical names of the specs that list it)); later files
+    win, and a file that redefines a GPU replaces its device names too."""
     files: dict[str, Any] = {}
     alias_of: dict[str, str] = {}
+    declared: dict[str, list[str]] = {}
     sources = [(p, False) for p in (*_bundled_files(), *_user_files())]
     sources += [(_as_path(p), True) for p in spec_files]
     for path, strict in sources:
-        name, names = _names_in(path, strict)
+        name, names, devices = _names_in(path, strict)
         files[name] = path
+        declared[name] = devices
         for alias in names:
             alias_of[alias] = name
-    return files, {**alias_of, **{n: n for n in files}}
+    listed: dict[str, tuple[str, list[str]]] = {}
+    for name, devices in declared.items():
+        for device in devices:
+            listed.setdefault(_key(device), (device.strip(), []))[1].append(name)
+    return files, {**alias_of, **{n: n for n in files}}, listed
 
 
 def spec_names(spec_files=()) -> list[str]:
@@ -381,8 +406,21 @@ def aliases(spec_files=()) -> dict[str, str]:
     return {k: v for k, v in sorted(_index(spec_files)[1].items()) if k != v}
 
 
-def _unknown(name: str, lookup: dict[str, str], canonical) -> UnknownName:
+def device_names(spec_files=()) -> dict[str, list[str]]:
+    """Device name (as a spec writes it) -> the canonical names of the specs that list it;
+    more than one when only memory size tells the GPUs apart."""
+    listed = _index(spec_files)[2].values()
+    return dict(sorted((written, sorted(set(names))) for written, names in listed))
+
+
+def _unknown(name: str, lookup: dict[str, str], canonical, listed=None) -> UnknownName:
     key = _key(name)
+    listed = listed or {}
+    near = difflib.get_close_matches(key, list(listed), n=2, cutoff=0.75)
+    if near and " " in name.strip():  # a device name (as a driver reports it) no spec lists
+        known = ", ".join(f"'{listed[k][0]}' ({', '.join(listed[k][1])})" for k in near)
+        return UnknownName(f"unknown GPU '{name}': no spec lists that device name (nearest: "
+                           f"{known}); a spec file of that GPU may list it under device_names")
     score = lambda k: difflib.SequenceMatcher(None, key, k).ratio()  # noqa: E731
     prefixed = sorted((k for k in lookup if key and k.startswith(key)), key=score, reverse=True)
     close = difflib.get_close_matches(key, list(lookup), n=10, cutoff=0.5)
@@ -395,21 +433,87 @@ def _unknown(name: str, lookup: dict[str, str], canonical) -> UnknownName:
     return did_you_mean(name, canonical, "GPU")
 
 
-def _resolve(name: str, spec_files) -> tuple[str, dict]:
-    files, lookup = _index(spec_files)
+# What a driver reports as a GPU's memory is within a few percent of the datasheet figure,
+# above or below it (vendors quote GB and GiB loosely: an H200's "141 GB" is 150.1e9 bytes
+# to torch); the GPUs that share a device name differ by far more (ROCm's generic "AMD
+# Radeon Graphics": MI300X 192 GB, MI325X 256 GB).
+MEMORY_TOLERANCE = 0.15
+
+
+def _by_memory(name: str, capacity_bytes: dict[str, float], memory_bytes) -> tuple[str, str]:
+    """The GPU among those sharing device name ``name`` whose capacity is nearest to the
+    memory a measurement reports, and a note saying so (ties go to the spec registered
+    last); one sentence of UserError when memory cannot decide."""
+    names = list(capacity_bytes)
+    if len(names) == 1:
+        return names[0], ""
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    if not memory_bytes or memory_bytes <= 0:
+        raise UserError(f"'{name}' is the device name of {listed}, which only the memory size "
+                        "a measurement reports tells apart; name one of them")
+    from .units import format_bytes
+
+    gap = {n: abs(math.log(memory_bytes / capacity_bytes[n])) for n in names}
+    best = min(reversed(names), key=gap.__getitem__)
+    have = format_bytes(memory_bytes, binary=True)
+    if gap[best] > math.log1p(MEMORY_TOLERANCE):
+        sizes = ", ".join(f"{n} ({format_bytes(capacity_bytes[n], binary=False)})" for n in names)
+        raise UserError(f"'{name}' with {have} of memory matches none of {sizes}")
+    others = ", ".join(n for n in names if n != best)
+    return best, (f"'{name}' with {have} of memory read as {best} "
+                  f"({format_bytes(capacity_bytes[best], binary=False)}; the name also fits {others})")
+
+
+def _capacities(names, files) -> dict[str, float]:
+    return {n: load_spec_file(files[n]).memory.capacity_bytes for n in names}
+
+
+def _resolve(name: str, spec_files, memory_bytes=None) -> tuple[str, dict, str]:
+    files, lookup, listed = _index(spec_files)
     key = _key(name)
     if key in lookup:
-        return lookup[key], files
+        return lookup[key], files, ""
+    if key in listed:
+        canonical, note = _by_memory(name, _capacities(listed[key][1], files), memory_bytes)
+        return canonical, files, note
     compact = key.replace("-", "")  # "h100sxm" finds "h100-sxm"
     for k, canonical in lookup.items():
         if k.replace("-", "") == compact:
-            return canonical, files
-    raise _unknown(name, lookup, files)
+            return canonical, files, ""
+    raise _unknown(name, lookup, files, listed)
 
 
-def resolve(name: str, spec_files=()) -> str:
-    """Canonical name for a GPU name or alias (case-insensitive); unknown names raise UserError."""
-    return _resolve(name, spec_files)[0]
+def resolve(name: str, spec_files=(), memory_bytes: float | None = None) -> str:
+    """Canonical name for a GPU name, alias or device name (case-insensitive); unknown
+    names raise UserError, and so does a device name that several GPUs share unless
+    ``memory_bytes`` (what the device reports) tells them apart."""
+    return _resolve(name, spec_files, memory_bytes)[0]
+
+
+def identify(name: str, spec, memory_bytes: float | None = None) -> tuple[str | None, str]:
+    """Which GPU a measurement's hardware name means, checked against ``spec`` (which may
+    be a file outside the registry): (canonical name, or None when unknown or when memory
+    cannot decide; a note on how memory decided, or why it could not)."""
+    key = _key(name)
+    if key in {_key(spec.name), *(_key(a) for a in spec.aliases)}:
+        return spec.name, ""
+    mine = key in {_key(d) for d in getattr(spec, "device_names", ())}
+    files, lookup, listed = _index()
+    if key in lookup and not mine:
+        return lookup[key], ""
+    sharing = [n for n in listed.get(key, ("", []))[1] if n != spec.name]
+    if not mine and not sharing:
+        try:
+            return _resolve(name, (), memory_bytes)[0], ""
+        except UnknownName:
+            return None, ""
+    capacities = _capacities(dict.fromkeys(sharing), files)
+    if mine:
+        capacities[spec.name] = spec.memory.capacity_bytes
+    try:
+        return _by_memory(name, capacities, memory_bytes)
+    except UserError as e:
+        return None, str(e)
 
 
 def load_spec(name_or_path, spec_files=()) -> GpuSpec:
@@ -423,5 +527,5 @@ def load_spec(name_or_path, spec_files=()) -> GpuSpec:
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or text.endswith((".yaml", ".yml")) or os.path.isfile(text):
         return load_spec_file(text)
-    canonical, files = _resolve(text, spec_files)
+    canonical, files, _ = _resolve(text, spec_files)
     return load_spec_file(files[canonical])

@@ -162,3 +162,112 @@ def test_gemm_stride_regimes_fit_apart_when_measured_enough():
     main = next(g for g in fit._groups(records.Measurements(records=aligned + odd_tall(25)), spec)
                 if g.name == "gemm/bf16")
     assert "align8_compute" not in main.free  # no 4-8-byte strides to fit them on
+
+
+# ------------------------------------------------------------------ hardware names
+
+
+def _as_measured_on(path, hardware, tmp_path, memory_bytes=None, n=None):
+    """A copy of a measurement file whose header and records name ``hardware`` (as the
+    harness writes what torch reports), optionally with another memory size."""
+    out = []
+    for line in Path(path).read_text().splitlines()[:n]:
+        rec = json.loads(line)
+        target = rec["run"] if "run" in rec else rec
+        target["hardware"] = hardware
+        if "run" in rec and memory_bytes is not None:
+            rec["run"]["total_memory_bytes"] = memory_bytes
+        out.append(json.dumps(rec))
+    f = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+    f.write_text("\n".join(out) + "\n")
+    return f
+
+
+def test_validate_accepts_the_device_name_torch_reports(tmp_path):
+    f = _as_measured_on(H200_DATA / "quick.jsonl", "NVIDIA H200", tmp_path)
+    meas = records.load([f])
+    rep = validate(meas, load_spec("h200"), IDEAL, "ideal")
+    assert len(rep.rows) == len(meas.records)
+    assert all(s["reason"].startswith("failed measurement") for s in rep.skipped)
+    code, out, err = cli(["validate", str(f), "--gpu", "NVIDIA H200", "--worst", "0"])
+    assert code == 0, err
+    assert f"{len(meas.records)} records predicted on h200-sxm" in out
+    rep = validate(meas, load_spec("h100"), IDEAL, "ideal")  # and other GPUs' records are not
+    assert not rep.rows and {s["reason"] for s in rep.skipped
+                             if not s["reason"].startswith("failed")} == {
+        "measured on NVIDIA H200 (h200-sxm), not h100-sxm"}
+
+
+def test_a_shared_device_name_is_read_by_the_memory_the_run_reports(tmp_path):
+    """ROCm's generic 'AMD Radeon Graphics' is the MI300X or the MI325X: the run header's
+    total_memory_bytes decides, and the report says so."""
+    src = H200_DATA / "quick.jsonl"
+    f = _as_measured_on(src, "AMD Radeon Graphics", tmp_path, memory_bytes=255.98 * 2**30, n=20)
+    meas = records.load([f])
+    rep = validate(meas, load_spec("mi325x"), IDEAL, "ideal")
+    assert len(rep.rows) == len(meas.records)
+    assert len(rep.notes) == 1 and "read as mi325x" in rep.notes[0]
+    rep = validate(meas, load_spec("mi300x"), IDEAL, "ideal")
+    assert not rep.rows and "(mi325x), not mi300x" in rep.skipped[0]["reason"]
+    code, out, _ = cli(["validate", str(f), "--gpu", "mi325x", "--worst", "0"])
+    assert code == 0 and "note: 'AMD Radeon Graphics' with 256 GiB of memory read as mi325x" in out
+    # without a memory size the records cannot be placed, and the reason says why
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(line + "\n" for line in f.read_text().splitlines()
+                            if '"run"' not in line))
+    rep = validate(records.load([bare]), load_spec("mi325x"), IDEAL, "ideal")
+    assert not rep.rows and "only the memory size" in rep.skipped[0]["reason"]
+
+
+# ------------------------------------------------------------------ nothing to fit or predict
+
+
+def test_calibrate_from_nothing_is_an_error(tmp_path):
+    other = _as_measured_on(H200_DATA / "quick.jsonl", "NVIDIA H200", tmp_path, n=30)
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(json.dumps(r) for r in _gemms([(64, 64, 64), (128, 64, 64)])
+                             + [{"op": "conv2d", "hardware": "h200-sxm", "measured_s": 1e-5}] * 4) + "\n")
+    prof = tmp_path / "p.yaml"
+    for files, gpu, needle in (
+        ([other], "h100", "none of the 29 measurements was taken on h100-sxm: measured on NVIDIA H200"),
+        ([few], "h200", "nothing to fit on h200-sxm: no kernel family has the 3 predictable records"),
+    ):
+        code, out, err = cli(["calibrate", *map(str, files), "--gpu", gpu, "-o", str(prof)])
+        assert code == 2 and needle in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert not prof.exists()
+
+
+def test_validate_with_nothing_predicted_is_an_error(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"op": "conv2d", "hardware": "h200-sxm", "measured_s": 1e-5}) + "\n")
+    code, out, err = cli(["validate", str(f), "--gpu", "h200"])
+    assert code == 2 and "no record could be predicted on h200-sxm: no model for op 'conv2d'" in err
+    assert len(err.strip().splitlines()) == 1 and not out
+
+
+def test_a_profile_says_which_families_its_records_fitted(tmp_path):
+    """Per family, the records that fitted it; a family without records keeps the ideal
+    profile's parameters, and the profile file and every prediction say so."""
+    spec = load_spec("h200")
+    recs = _gemms([(m, n, k) for m in (64, 512, 4096) for n in (1024, 4096) for k in (1024, 8192)])
+    for r, t in zip(recs, np.linspace(1, 2, len(recs))):
+        r["measured_s"] = 1e-5 * t
+    two = [{"op": "attention", "batch": 1, "heads": 8, "seq_q": 1, "seq_kv": s, "head_dim": 128,
+            "hardware": "h200-sxm", "measured_s": 1e-5} for s in (1024, 2048)]
+    prof, _ = fit.fit_profile(records.Measurements(records=recs + two), spec, folds=3)
+    prov = prof.provenance
+    assert prov["records_per_family"]["gemm"] == len(recs)
+    assert prov["records_per_family"]["attention"] == 0
+    assert set(prov["prior_kept"]) == {"memory", "attention", "grouped_gemm", "sequence", "collective"}
+    assert prov["prior_kept"]["attention"].startswith("2 predictable records, fewer than the 3")
+    assert prov["prior_kept"]["memory"].startswith("no records")
+    path = tmp_path / "gemm-only.yaml"
+    fit.write_profile(prof, path)
+    assert load_profile_file(path).provenance["prior_kept"] == prov["prior_kept"]
+    assert "prior_kept" in path.read_text()
+    code, out, err = cli(["predict", "attention", "--gpu", "h200", "--profile", str(path)])
+    assert code == 0, err
+    assert "fitted on h200-sxm; ideal for want of records: memory, attention" in out
+    code, out, _ = cli(["predict", "gemm", "--gpu", "h200", "-m", "8", "-n", "8", "-k", "8"])
+    assert "want of records" not in out  # the shipped profile fitted every family

@@ -33,6 +33,10 @@ def test_predict_table_mentions_bound_and_gpu():
     (["predict", "gemm", "-m", "1", "-n", "1", "-k", "1", "--dtype", "fp5"], "GEMM dtype"),
     (["predict", "attention", "--heads", "32", "--kv-heads", "5"], "must divide"),
     (["predict", "allreduce", "--bytes", "12 parsecs"], "cannot read"),
+    (["predict", "gemm", "-m", "1", "-n", "1", "-k", "1", "--gpu", "AMD Radeon Graphics"],
+     "device name of mi300x and mi325x"),
+    (["predict", "gemm", "-m", "1", "-n", "1", "-k", "1", "--gpu", "NVIDIA H200 NVL"],
+     "no spec lists that device name"),
     (["predict", "gemm", "-m", "1", "-n", "1", "-k", "1", "--spec-file", "/nonexistent.yaml",
       "--gpu", "/nonexistent.yaml"], "nonexistent"),
 ])
@@ -57,6 +61,21 @@ def test_specs_list_show_schema():
     assert code == 0 and "989 TFLOP/s" in out and "ridge 295.2" in out
     code, out, _ = run(["specs", "schema"])
     assert code == 0 and "properties" in json.loads(out)
+
+
+@pytest.mark.parametrize("args", [
+    ["predict", "model", "--model", "llama-3.1-8b", "--batch", "1"],
+    ["fit", "--model", "llama-3.1-8b"],
+    ["specs", "show"],
+    ["predict", "allreduce", "--bytes", "1 MB", "--gpus", "2"],
+])
+def test_every_gpu_option_takes_the_device_name_torch_reports(args):
+    """The names torch reports, in any case, wherever a GPU is named."""
+    for gpu in ("NVIDIA H100 80GB HBM3", "nvidia h100 80gb hbm3"):
+        argv = [*args, gpu] if args[:2] == ["specs", "show"] else [*args, "--gpu", gpu]
+        code, out, err = run(argv)
+        assert code == 0, err
+        assert "h100-sxm" in out
 
 
 def test_collective_reports_nccl_bus_bandwidth():

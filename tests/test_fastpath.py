@@ -47,6 +47,12 @@ def test_cache_follows_file_changes(tmp_path, monkeypatch):
     assert fastpath.spec("my-gpu").memory.hbm_bandwidth_bytes_per_s == 9.9e12 != bw
 
 
+def test_device_names_resolve_on_the_cached_path():
+    assert fastpath.spec("NVIDIA H200").name == "h200-sxm"
+    assert fastpath.spec("nvidia a100-sxm4-80gb").name == "a100-sxm4-80gb"
+    assert fastpath.spec("AMD Radeon Graphics") is None  # shared: only memory tells (full path)
+
+
 def test_unknown_or_broken_falls_back_to_the_validating_path(tmp_path, monkeypatch):
     assert fastpath.spec("h10") is None  # the full path then says "did you mean"
     user = tmp_path / "specs"
@@ -59,6 +65,7 @@ def test_unknown_or_broken_falls_back_to_the_validating_path(tmp_path, monkeypat
 
 @pytest.mark.parametrize("argv,shows", [
     (['predict', 'gemm', '--gpu', 'h200', '-m', '64', '-n', '64', '-k', '64'], "latency"),
+    (['predict', 'gemm', '--gpu', 'NVIDIA H200', '-m', '64', '-n', '64', '-k', '64'], "on h200-sxm"),
     (['predict', 'model', '--model', 'meta-llama/Llama-3.1-70B-Instruct', '--gpu', 'h100', '--tp', '4',
       '--weights', 'fp8', '--batch', '32'], "time to first token"),
 ])

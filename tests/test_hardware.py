@@ -106,6 +106,85 @@ def test_aliases_are_unique_across_bundled_files():
             seen[alias] = name
 
 
+# What torch.cuda.get_device_name() (and nvidia-smi, which reads the same driver field)
+# reports for each bundled GPU; on ROCm, torch reports the marketing name.
+DEVICE_NAMES = [
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H200", "h200-sxm"),
+    ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA B200", "b200"), ("NVIDIA L40S", "l40s"),
+    ("NVIDIA L4", "l4"), ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
+    ("AMD Instinct MI300X VF", "mi300x"),
+]
+
+
+def test_every_bundled_gpu_has_its_device_name():
+    assert {spec for _, spec in DEVICE_NAMES} == set(BUNDLED)
+    for name in BUNDLED:
+        assert hw.load_spec(name).device_names, name
+
+
+@pytest.mark.parametrize("device, canonical", DEVICE_NAMES)
+def test_device_names_resolve_case_insensitively(device, canonical):
+    for written in (device, device.lower(), device.upper(), f"  {device} "):
+        assert hw.resolve(written) == canonical
+    assert hw.load_spec(device.lower()).name == canonical
+
+
+def test_shared_device_names_are_told_apart_by_memory():
+    """ROCm reports 'AMD Radeon Graphics' for an Instinct GPU its device table lacks; the
+    MI300X (192 GB) and the MI325X (256 GB) are both gfx942, so only memory tells."""
+    shared = {d: names for d, names in hw.device_names().items() if len(names) > 1}
+    assert shared == {"AMD Radeon Graphics": ["mi300x", "mi325x"]}
+    with pytest.raises(UserError, match="device name of mi300x and mi325x.*memory"):
+        hw.resolve("AMD Radeon Graphics")
+    gib = 2**30
+    assert hw.resolve("amd radeon graphics", memory_bytes=191.98 * gib) == "mi300x"
+    assert hw.resolve("AMD Radeon Graphics", memory_bytes=255.98 * gib) == "mi325x"
+    with pytest.raises(UserError, match="matches none of mi300x .* mi325x"):
+        hw.resolve("AMD Radeon Graphics", memory_bytes=288 * gib)  # an MI355X, unbundled
+    spec = hw.load_spec("mi325x")
+    found, note = hw.identify("AMD Radeon Graphics", spec, 255.98 * gib)
+    assert found == "mi325x" and "read as mi325x" in note and "mi300x" in note
+    assert hw.identify("AMD Radeon Graphics", spec, 191.98 * gib)[0] == "mi300x"
+    found, why = hw.identify("AMD Radeon Graphics", spec, None)
+    assert found is None and "memory" in why
+
+
+def test_a_shared_name_needs_memory_far_enough_apart():
+    """Memory can decide only between GPUs whose sizes differ by more than the tolerance."""
+    for device, names in hw.device_names().items():
+        sizes = sorted(hw.load_spec(n).memory.capacity_bytes for n in names)
+        for a, b in zip(sizes, sizes[1:]):
+            assert b / a > (1 + hw.MEMORY_TOLERANCE) ** 2, device
+
+
+def test_device_names_of_other_cards_are_not_guessed():
+    """The H200 NVL reports its own name and has no bundled spec: it is not read as the
+    SXM card, nor is a MIG slice read as the whole GPU."""
+    for device in ("NVIDIA H200 NVL", "NVIDIA GH200 144G HBM3e", "NVIDIA H100 80GB HBM3 MIG 1g.10gb"):
+        with pytest.raises(UnknownName, match="no spec lists that device name"):
+            hw.resolve(device)
+
+
+def test_device_names_are_unique_within_a_spec(tmp_path):
+    path = _write_variant(tmp_path, "twice.yaml", lambda t: t.replace(
+        _raw_line(t, "device_names:"), "device_names: [NVIDIA H100 80GB HBM3, nvidia h100 80gb hbm3]"))
+    with pytest.raises(UserError, match="device_names: 'nvidia h100 80gb hbm3' is listed twice"):
+        hw.validate_spec_file(path)
+
+
+def test_a_user_spec_that_shares_a_device_name(tmp_path, monkeypatch):
+    """A user's spec listing a bundled device name makes it shared: with no memory to
+    tell the two apart it is an error; at equal memory the spec registered last wins."""
+    _write_variant(tmp_path, "mine.yaml", lambda t: t)  # test-gpu, a copy of h100-sxm
+    monkeypatch.setenv(hw.ENV_VAR, str(tmp_path))
+    with pytest.raises(UserError, match="h100-sxm and test-gpu"):
+        hw.resolve("NVIDIA H100 80GB HBM3")
+    assert hw.resolve("NVIDIA H100 80GB HBM3", memory_bytes=79.11 * 2**30) == "test-gpu"
+    assert hw.resolve("h100") == "h100-sxm"
+
+
 # ------------------------------------------------------------------ golden datasheet values
 
 

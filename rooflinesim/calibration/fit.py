@@ -15,7 +15,8 @@ fall in the same fold, so a shape is never predicted by a fit that saw it.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,9 @@ from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_reg
 from .folds import folds_over_shapes as _folds
 from .folds import shape_key as _shape_key
 from .host import fit_host
-from .profile import CollectiveParams, KernelParams, Profile
-from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, to_op
-from .validate import is_eager, stats
+from .profile import FAMILIES, CollectiveParams, KernelParams, Profile
+from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
+from .validate import is_eager, reasons, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -153,6 +154,7 @@ CLASS_FREE = ("align8_compute", "align8_memory", "skinny_misaligned_memory")  # 
 GEMM_REFINES = {"simt_tiled": "", "align2_tiled": "align2", "align8_tiled": "align8", "align8": ""}  # in order
 GEMM_FORMATS = (("bf16", "fp16"), ("fp8",), ("tf32",), ("fp32",), ("int8",))  # one fit each
 REGIME_MIN_RECORDS = 20
+MIN_RECORDS = 3  # the fewest predictable records any group is fitted on
 
 
 def _regime(rec, spec) -> tuple:
@@ -356,15 +358,24 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     """Fit every group in order; return the profile and held-out error per record op."""
     if not meas.records:
         raise UserError("no successful measurements to fit")
+    mine, elsewhere, notes = measured_on(meas, spec)
+    if not mine:
+        raise UserError(f"none of the {len(meas.records)} measurements was taken on "
+                        f"{spec.name}: {reasons(elsewhere)}")
+    meas = replace(meas, records=mine)
     groups = _groups(meas, spec)
     profile = Profile(gpu=spec.name, kind="fitted")
     cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
+    fitted: dict[str, set] = {}  # family -> ids of the records that fitted it
+    short: dict[str, int] = {}  # family -> predictable records of groups too small to fit
     for group in groups:
-        recs = [r for r in meas.records if group.select(r) and not is_eager(r)
-                and r.get("hardware") in (None, spec.name)]
-        if len(recs) < 3:
+        recs = [r for r in meas.records if group.select(r) and not is_eager(r)]  # (eager: the host fit)
+        usable = [r for r, t in zip(recs, _predict_all(recs, spec, profile)) if np.isfinite(t)]
+        if len(usable) < MIN_RECORDS:
+            short[group.family] = max(short.get(group.family, 0), len(usable))
             continue
+        fitted.setdefault(group.family, set()).update(map(id, usable))
         fold = _folds(recs, min(folds, len({_shape_key(r) for r in recs})))
         held = np.full(len(recs), np.nan)
         for f in sorted(set(fold)):
@@ -383,6 +394,10 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
             group_cv[group.name] = stats(errs)
             for r, e in zip([r for r, o in zip(recs, ok) if o], errs):
                 cv_errors[id(r)] = (r["op"], float(e))  # a later group refines an earlier one
+    if not fitted:
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(Counter(r["op"] for r in mine).items()))
+        raise UserError(f"nothing to fit on {spec.name}: no kernel family has the {MIN_RECORDS} "
+                        f"predictable records a fit needs (records measured on it: {ops})")
     # the host side of eager launches, on the GPU side just fitted (eager records only)
     profile, host_errors, host_cv = fit_host(meas.records, spec, profile, folds)
     group_cv.update(host_cv)
@@ -391,7 +406,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     for op, e in cv_errors.values():
         by_op.setdefault(op, []).append(e)
     cv = {op: stats(e) for op, e in sorted(by_op.items())}
-    run = next(iter(meas.runs.values()), {})
+    used_runs = {r.get("run_id") for r in mine}
+    run = next((v for k, v in meas.runs.items() if k in used_runs), next(iter(meas.runs.values()), {}))
     profile = profile.model_copy(update={
         "provenance": {
             "vendor": spec.vendor,
@@ -404,10 +420,23 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
             "measurements": len(meas.records),
             "files": list(sources),
             "method": f"robust least squares on log time; {folds}-fold cross-validation over shapes",
+            **_family_counts(fitted, short),
+            **({"left_out": f"{len(elsewhere)} records measured on other GPUs"} if elsewhere else {}),
+            **({"hardware_notes": notes} if notes else {}),
         },
         "validation": {"cross_validated": cv, "groups": group_cv},
     })
     return profile, cv
+
+
+def _family_counts(fitted: dict, short: dict) -> dict:
+    """Provenance of each family: the records that fitted it, and why a family kept the
+    ideal profile's parameters (its prior)."""
+    kept = {f: (f"{short[f]} predictable records, fewer than the {MIN_RECORDS} a fit needs"
+                if short.get(f) else "no records") + "; its parameters stay the ideal profile's"
+            for f in FAMILIES if f not in fitted}
+    return {"records_per_family": {f: len(fitted.get(f, ())) for f in FAMILIES},
+            **({"prior_kept": kept} if kept else {})}
 
 
 def write_profile(profile: Profile, path) -> None:
@@ -423,7 +452,9 @@ def write_profile(profile: Profile, path) -> None:
                            for k, v in data["collectives"].items()}
     data["validation"] = _round(data["validation"])
     header = (f"# Calibration profile for {profile.gpu}, fitted by `rooflinesim calibrate`.\n"
-              "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n")
+              "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n"
+              "# provenance.records_per_family: the records that fitted each family; a family\n"
+              "# under prior_kept had none and keeps the ideal profile's parameters.\n")
     Path(path).write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
 
 

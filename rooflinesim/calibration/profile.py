@@ -18,6 +18,11 @@ from ..errors import UserError
 
 _STRICT = ConfigDict(extra="forbid")
 
+# The sections a fit fills: the kernel families of ``kernels`` and the collectives. A
+# fitted profile's provenance says how many records fitted each (records_per_family) and
+# which kept the ideal profile's parameters for want of records (prior_kept).
+FAMILIES = ("memory", "gemm", "attention", "grouped_gemm", "sequence", "collective")
+
 
 class KernelParams(BaseModel):
     """Parameters of one kernel family (optionally one dtype or backend of it).

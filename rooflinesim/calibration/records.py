@@ -61,6 +61,38 @@ def is_graph_memcpy(rec: dict) -> bool:
             and rec.get("impl", "memcpy") == "memcpy" and rec.get("backend") != "numpy")
 
 
+def measured_on(meas: Measurements, spec) -> tuple[list[dict], list[dict], list[str]]:
+    """The records measured on ``spec`` (or naming no GPU); the others, as skipped entries
+    {source, op, reason}; and notes on device names that only memory size told apart.
+
+    A record's ``hardware`` is a spec name, an alias or the device name torch reports
+    (rooflinesim.hardware.identify); the memory size is the record's own
+    ``total_memory_bytes`` or that of its run header."""
+    from ..hardware import identify
+
+    mine, others, notes = [], [], []
+    seen: dict[tuple, tuple] = {}
+    for rec in meas.records:
+        name = rec.get("hardware")
+        if name is None:
+            mine.append(rec)
+            continue
+        memory = rec.get("total_memory_bytes") or meas.runs.get(rec.get("run_id"), {}).get(
+            "total_memory_bytes")
+        if (name, memory) not in seen:
+            seen[name, memory] = identify(str(name), spec, memory)
+            if seen[name, memory][0] is not None and seen[name, memory][1]:
+                notes.append(seen[name, memory][1])
+        found, why = seen[name, memory]
+        if found == spec.name:
+            mine.append(rec)
+            continue
+        what = name if found in (None, name) else f"{name} ({found})"
+        others.append({"source": rec.get("_source"), "op": rec["op"],
+                       "reason": why if found is None and why else f"measured on {what}, not {spec.name}"})
+    return mine, others, notes
+
+
 class Unpredictable(Exception):
     """A record the models cannot predict; the message says why."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
-from .records import Measurements, Unpredictable, to_op
+from .records import Measurements, Unpredictable, measured_on, to_op
 
 
 @dataclass
@@ -19,10 +19,11 @@ class Report:
     ops: dict = field(default_factory=dict)  # op -> stats
     skipped: list = field(default_factory=list)  # {"source", "op", "reason"}
     rows: list = field(default_factory=list)  # per record: op, label, measured, predicted, error
+    notes: list = field(default_factory=list)  # how shared device names were read
 
     def as_dict(self, worst: int = 10) -> dict:
         return {"gpu": self.gpu, "profile": self.profile, "ops": self.ops,
-                "skipped": self.skipped, "worst": self.worst(worst)}
+                "skipped": self.skipped, "worst": self.worst(worst), "notes": self.notes}
 
     def worst(self, n: int = 10) -> list[dict]:
         return sorted(self.rows, key=lambda r: -abs(r["error"]))[:n]
@@ -63,16 +64,13 @@ def predict_records(records: list[dict], spec, profile):
     """(record, predicted seconds or None, reason) for each record, in order.
 
     Records of one kind are predicted in one vectorized call; a group that fails is
-    retried record by record so that each bad record gets its own reason."""
+    retried record by record so that each bad record gets its own reason. Where each
+    record was measured is not checked here (``records.measured_on`` does that)."""
     from ..timing import predict
 
     result: list = [None] * len(records)
     groups: dict[tuple, list[int]] = {}
     for i, rec in enumerate(records):
-        hw = rec.get("hardware")
-        if hw and hw != spec.name and hw not in getattr(spec, "aliases", []):
-            result[i] = (rec, None, f"measured on {hw}, not {spec.name}")
-            continue
         groups.setdefault(_group_key(rec), []).append(i)
     for idx in groups.values():
         recs = [records[i] for i in idx]
@@ -96,9 +94,10 @@ def predict_records(records: list[dict], spec, profile):
 
 def validate(meas: Measurements, spec, profile, profile_name: str, by: str | None = None) -> Report:
     """``by``: a record field (mode, backend, dtype, ...) that splits each op's statistics."""
-    rep = Report(gpu=spec.name, profile=profile_name)
+    mine, elsewhere, notes = measured_on(meas, spec)
+    rep = Report(gpu=spec.name, profile=profile_name, skipped=elsewhere, notes=notes)
     by_op: dict[str, list[float]] = {}
-    for rec, pred, reason in predict_records(meas.records, spec, profile):
+    for rec, pred, reason in predict_records(mine, spec, profile):
         if pred is None:
             rep.skipped.append({"source": rec.get("_source"), "op": rec["op"], "reason": reason})
             continue
@@ -113,6 +112,16 @@ def validate(meas: Measurements, spec, profile, profile_name: str, by: str | Non
                             + str(rec.get("error", "no reason given")).split(" | ")[0][:160]})
     rep.ops = {op: stats(errs) for op, errs in sorted(by_op.items())}
     return rep
+
+
+def reasons(skipped: list[dict], n: int = 2) -> str:
+    """The commonest reasons records were skipped, with their counts, as one clause."""
+    count: dict[str, int] = {}
+    for s in skipped:
+        count[s["reason"]] = count.get(s["reason"], 0) + 1
+    top = sorted(count.items(), key=lambda x: -x[1])
+    text = "; ".join(f"{r} ({c} record{'s' if c > 1 else ''})" for r, c in top[:n])
+    return text + (f"; and {len(top) - n} other reasons" if len(top) > n else "")
 
 
 _NOT_SHAPE = {"measured_s", "min_s", "max_s", "status", "case_id", "run_id", "suite", "calls",

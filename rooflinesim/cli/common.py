@@ -15,7 +15,8 @@ def gpu_options(f):
     f = click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
                      help="Extra GPU spec YAML file(s) to register (repeatable).")(f)
     f = click.option("--gpu", default="h100", show_default=True,
-                     help="GPU spec name or alias (see `rooflinesim specs list`), or a spec YAML path.")(f)
+                     help="GPU spec name or alias (see `rooflinesim specs list`), the device name "
+                          "torch reports (e.g. 'NVIDIA H200'), or a spec YAML path.")(f)
     return f
 
 
@@ -84,8 +85,13 @@ def profile_label(prof) -> str:
     if prof.kind == "ideal":
         return "ideal (datasheet roofline)"
     if prof.kind == "transferred":
-        return f"transferred from {prof.provenance.get('transferred_from')}"
-    return f"fitted on {prof.gpu}"
+        label = f"transferred from {prof.provenance.get('transferred_from')}"
+    else:
+        label = f"fitted on {prof.gpu}"
+    kept = prof.provenance.get("prior_kept") or {}
+    if kept:  # families no record fitted: the ideal profile's parameters price them
+        label += f"; ideal for want of records: {', '.join(kept)}"
+    return label
 
 
 def emit_json(obj) -> None:

@@ -47,9 +47,18 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     meas = records.load(files)
     profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files])
     fit.write_profile(profile, out)
-    click.echo(f"wrote {out}: {sum(s['n'] for s in cv.values())} measurements, "
-               f"{folds}-fold cross-validated error on held-out shapes:")
+    prov = profile.provenance
+    counts = ", ".join(f"{f} {n}" for f, n in prov["records_per_family"].items() if n)
+    click.echo(f"wrote {out}: {sum(s['n'] for s in cv.values())} measurements (records per "
+               f"family: {counts}), {folds}-fold cross-validated error on held-out shapes:")
     click.echo(_stats_table(cv))
+    by_reason: dict[str, list[str]] = {}
+    for family, why in prov.get("prior_kept", {}).items():
+        by_reason.setdefault(why, []).append(family)
+    for why, families in by_reason.items():
+        click.echo(f"not fitted: {', '.join(families)} ({why})")
+    for note in [prov[k] for k in ("left_out",) if k in prov] + prov.get("hardware_notes", []):
+        click.echo(f"note: {note}")
 
 
 @click.command()
@@ -65,12 +74,17 @@ def calibrate(files, gpu, spec_files, output, force, folds):
 def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
     """Predict measured records and report the error per op."""
     from ..calibration import records
+    from ..calibration.validate import reasons
     from ..calibration.validate import validate as run_validate
+    from ..errors import UserError
 
     spec = load_gpu(gpu, spec_files)
     prof = load_profile(spec, profile)
     meas = records.load(files)
     rep = run_validate(meas, spec, prof, profile or profile_label(prof), by=by)
+    if not rep.rows:
+        raise UserError(f"no record could be predicted on {spec.name}: "
+                        + (reasons(rep.skipped) if rep.skipped else "the files hold no measurements"))
     if plot:
         from ..charts import validation_figure, write_html
 
@@ -79,6 +93,8 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
         emit_json(rep.as_dict(worst))
         return
     click.echo(f"{len(rep.rows)} records predicted on {spec.name} [profile: {profile_label(prof)}]")
+    for note in rep.notes:
+        click.echo(f"note: {note}")
     click.echo(_stats_table(rep.ops))
     if worst and rep.rows:
         click.echo("\nworst cases:")

@@ -29,6 +29,7 @@ def list_(as_json):
         bf16 = s.compute.peak_flops_per_s.get("bf16")
         fp8 = s.compute.peak_flops_per_s.get("fp8")
         out.append({"name": name, "full_name": s.full_name, "aliases": sorted(alias_of.get(name, [])),
+                    "device_names": list(s.device_names),
                     "bf16_flops_per_s": bf16, "fp8_flops_per_s": fp8,
                     "hbm_bandwidth_bytes_per_s": s.memory.hbm_bandwidth_bytes_per_s,
                     "capacity_bytes": s.memory.capacity_bytes})
@@ -59,6 +60,8 @@ def show(name, spec_files, as_json):
         emit_json(s.model_dump())
         return
     click.echo(f"{s.name}: {s.full_name} ({s.vendor} {s.architecture})")
+    if s.device_names:
+        click.echo(f"device names: {', '.join(s.device_names)}")
     rows = []
     for rate, v in s.compute.peak_flops_per_s.items():
         rows.append((f"dense {rate}", format_rate(v, "FLOP/s"),

@@ -55,12 +55,15 @@ def _add_run_options(p):
     p.add_argument("--cases", metavar="FILE",
                    help="JSON list (or JSON Lines) of case dicts to run instead of suites")
     p.add_argument("--out", metavar="FILE.jsonl",
-                   help="measurement file (default measurements-<hardware>.jsonl); resumed if present")
+                   help="measurement file (default measurements-<hardware>.jsonl, the name in "
+                        "lower case and hyphens); resumed if present")
     p.add_argument("--device", choices=("cuda", "cpu"),
                    help="default: cuda if available, else cpu")
     p.add_argument("--mode", choices=("graph", "eager"),
                    help="CUDA graph replays (default) or eager launches; the CPU is always eager")
-    p.add_argument("--hardware", metavar="NAME", help="hardware spec name to record")
+    p.add_argument("--hardware", metavar="NAME",
+                   help="hardware name to record (default: the device name torch reports, "
+                        "which rooflinesim reads against the specs' device_names)")
     p.add_argument("--max-cases", type=_positive_int, metavar="N")
     p.add_argument("--time-budget", type=_positive_float, metavar="SECONDS",
                    help="start no new case after this many seconds")
@@ -129,7 +132,7 @@ def _run(args, argv) -> int:
     if device == "cpu" and args.mode == "graph" and not args.worker:
         print("harness: the CPU is timed eagerly; --mode graph is ignored", file=sys.stderr)
     hardware = args.hardware or _hardware(device, torch)
-    out = args.out or f"measurements-{hardware}.jsonl"
+    out = args.out or f"measurements-{records.file_slug(hardware)}.jsonl"
     if os.path.isdir(out):
         raise UsageError(f"--out {out} is a directory")
     run_id = args.run_id or records.new_run_id()
@@ -250,9 +253,12 @@ def _pick_device(requested):
 
 
 def _hardware(device, torch):
+    """What the device calls itself. The harness holds no table of GPU names: the specs'
+    device_names are the one mapping, read where the records are (with the memory size
+    of the run header for a name several GPUs share)."""
     if device != "cuda":
         return "cpu"
-    return records.hardware_name(torch.cuda.get_device_name(0))
+    return torch.cuda.get_device_name(0)
 
 
 # --------------------------------------------------------------------------- list

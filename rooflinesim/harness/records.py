@@ -34,32 +34,9 @@ SHAPE_FIELDS = {
     "selftest": ("action",),
 }
 
-# torch device name (substring, checked in order) -> hardware spec name.
-_HARDWARE_NAMES = (
-    (r"GH200", "gh200"),
-    (r"H200 NVL", "h200-nvl"),
-    (r"H200", "h200-sxm"),
-    (r"H100 NVL", "h100-nvl"),
-    (r"H100 PCIe", "h100-pcie"),
-    (r"H100 80GB HBM3|H100 SXM", "h100-sxm"),
-    (r"A100-SXM4-80GB", "a100-sxm4-80gb"),
-    (r"A100-SXM4-40GB", "a100-sxm4-40gb"),
-    (r"A100 80GB PCIe", "a100-pcie-80gb"),
-    (r"B200", "b200"),
-    (r"L40S", "l40s"),
-    (r"\bL4\b", "l4"),
-    (r"MI325X", "mi325x"),
-    (r"MI300X", "mi300x"),
-)
-
-
-def hardware_name(device_name: str) -> str:
-    """Spec name for a torch device name; unknown names become a slug of the name."""
-    for pattern, name in _HARDWARE_NAMES:
-        if re.search(pattern, device_name):
-            return name
-    slug = re.sub(r"^(nvidia|amd)\s+", "", device_name.strip(), flags=re.I).lower()
-    return re.sub(r"[^a-z0-9]+", "-", slug).strip("-") or "unknown"
+def file_slug(hardware: str) -> str:
+    """A file-name-safe form of a hardware name: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", hardware.strip().lower()).strip("-") or "unknown"
 
 
 def case_id(case: dict, timing_mode: str) -> str:
