@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from .trace import Var
+from .trace import Var, record
 
 
 def _sympy(*args):
@@ -61,6 +61,16 @@ def where(cond, a, b):
 def smooth_max(a, b, p):
     """The p-norm of (a, b): max(a, b) as p grows; a smooth roofline corner for finite p."""
     return (a**p + b**p) ** (1 / p)
+
+
+def numeric_only(name: str, func, *args):
+    """``func(*args)`` for a quantity with no closed form: computed on numbers and arrays
+    (one call on a tape, :func:`rooflinesim.trace.record`), and for sympy arguments the
+    undefined function ``name`` of them."""
+    sp = _sympy(*args)
+    if sp:
+        return sp.Function(name)(*args)
+    return record(func, *args)
 
 
 def is_symbolic(*args) -> bool:
