@@ -8,6 +8,7 @@ sympy object is already in play, so numeric callers never pay for it.
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 
 import numpy as np
 
@@ -70,7 +71,16 @@ def numeric_only(name: str, func, *args):
     sp = _sympy(*args)
     if sp:
         return sp.Function(name)(*args)
-    return record(func, *args)
+    return record(_recording(func), *args)
+
+
+@lru_cache(maxsize=None)
+def _recording(func):
+    """``func`` as a tape keeps it: a replay that meets values of another tape (a sizing
+    tape replayed while the pricing records) records the call there in turn."""
+    def call(*args):
+        return record(func, *args)
+    return call
 
 
 def is_symbolic(*args) -> bool:

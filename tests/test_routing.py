@@ -140,3 +140,16 @@ def test_recorded_on_a_tape_it_replays_the_numbers():
     (replayed,) = out(other)
     np.testing.assert_allclose(replayed, MoE(tokens=other, hidden=64, ffn=64, experts=64, top_k=6,
                                              ep=4).rows_per_gpu(), rtol=1e-12)
+
+
+def test_a_sizing_tape_replayed_while_recording_takes_no_values():
+    # a model's sizes are a tape of their own, replayed on the values of the pricing's
+    # recording: the busiest expert is a call there too, not a value taken out (a guard)
+    sizing = Tape(1)
+    (t,) = sizing.variables()
+    sizes = sizing.function([expected_busiest(t, 64, 6)])
+    outer = Tape.recording([np.array([3.0, 50.0])])
+    (rows,) = sizes(*outer.variables())
+    assert not outer.guards
+    (replayed,) = outer.function([rows])(np.array([7.0, 900.0]))
+    np.testing.assert_allclose(replayed, expected_busiest(np.array([7.0, 900.0]), 64, 6), rtol=1e-12)
