@@ -99,6 +99,12 @@ def test_moe_reports_the_routing_that_set_its_time():
     assert json.loads(out)["busiest_expert_rows"] == 1  # 8 routed rows over 8 experts
 
 
+def test_formula_moe_names_the_numeric_busiest_expert():
+    code, out, _ = run(["formula", "moe"])
+    assert code == 0 and "E*(1 - (1 - k/E)**T)" in out
+    assert "busiest expert load (uniform, computed numerically): busiest(T, E, k)" in out
+
+
 def test_cli_group_is_importable_without_sympy():
     import subprocess
     import sys
