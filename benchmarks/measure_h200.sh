@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -167,6 +167,25 @@ eager2)
   run1 random-layers11.jsonl 40 layers11 graph
   cat "$out/nvidia-smi.csv" >>"$out/log-eager2.txt" && rm -f "$out/nvidia-smi.csv"
   ;;
+eager3)
+  # one GPU: the eager calibration suites again with the fixed harness (eager-random,
+  # -memory, -moe, -decoder and -quick were measured before it, with host times that
+  # grew with the blocks earlier cases left cached), and a fifteenth held-out set with
+  # 80 more decoder layers (new seeds), eager, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  run1() {  # run1 FILE BUDGET SUITE MODE
+    timeout $(( $2 + 30 )) python3 -m rooflinesim.harness run --suite "$3" --mode "$4" \
+      --out "$out/$1" --time-budget "$2" >>"$out/log-eager3.txt" 2>&1
+  }
+  run1 eager2-random.jsonl 100 random eager
+  run1 eager2-memory.jsonl 40 memory eager
+  run1 eager2-moe.jsonl 40 moe eager
+  run1 eager2-decoder.jsonl 60 decoder eager
+  run1 eager2-quick.jsonl 35 quick eager
+  run1 eager-holdout15.jsonl 80 holdout15 eager
+  run1 eager-layers12.jsonl 35 layers12 eager
+  cat "$out/nvidia-smi.csv" >>"$out/log-eager3.txt" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -194,6 +213,8 @@ case $phase in
     eager-holdout13.jsonl eager-layers10.jsonl ;;
   eager2) keep_only calib-memory2.jsonl eager-holdout13b.jsonl eager-holdout14.jsonl eager-layers11.jsonl \
     holdout14.jsonl random-layers11.jsonl ;;
+  eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
+    eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

@@ -52,7 +52,8 @@ def moe() -> dict:
     gu = GroupedGemm(rows=t * k, n=2 * f, k=hid, experts=expected_touched(t, e, k))
     return {
         "experts touched (uniform)": expected_touched(t, e, k),
-        "busiest expert load (uniform)": expected_busiest(t, e, k),
+        # no closed form: an undefined function here, computed numerically (ops/routing.py)
+        "busiest expert load (uniform, computed numerically)": expected_busiest(t, e, k),
         "expert FLOPs (gate, up, down)": sp.factor(2 * t * k * 3 * hid * f),
         "gate-up grouped GEMM HBM bytes": gu.work().hbm_bytes,
     }

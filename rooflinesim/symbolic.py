@@ -8,10 +8,11 @@ sympy object is already in play, so numeric callers never pay for it.
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 
 import numpy as np
 
-from .trace import Var
+from .trace import Var, record
 
 
 def _sympy(*args):
@@ -61,6 +62,25 @@ def where(cond, a, b):
 def smooth_max(a, b, p):
     """The p-norm of (a, b): max(a, b) as p grows; a smooth roofline corner for finite p."""
     return (a**p + b**p) ** (1 / p)
+
+
+def numeric_only(name: str, func, *args):
+    """``func(*args)`` for a quantity with no closed form: computed on numbers and arrays
+    (one call on a tape, :func:`rooflinesim.trace.record`), and for sympy arguments the
+    undefined function ``name`` of them."""
+    sp = _sympy(*args)
+    if sp:
+        return sp.Function(name)(*args)
+    return record(_recording(func), *args)
+
+
+@lru_cache(maxsize=None)
+def _recording(func):
+    """``func`` as a tape keeps it: a replay that meets values of another tape (a sizing
+    tape replayed while the pricing records) records the call there in turn."""
+    def call(*args):
+        return record(func, *args)
+    return call
 
 
 def is_symbolic(*args) -> bool:

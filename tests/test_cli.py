@@ -1,6 +1,7 @@
 """The CLI as a user drives it: answers, JSON fields, and one-sentence errors with exit 2."""
 
 import json
+import re
 
 import pytest
 from helpers import run_cli as run
@@ -100,6 +101,27 @@ def test_moe_breakdown_lists_kernels():
     d = json.loads(out)
     names = [p["name"] for p in d["parts"]]
     assert "experts_gate_up" in names and "ep_dispatch" in names and "ep_combine" in names
+
+
+def test_moe_reports_the_routing_that_set_its_time():
+    args = ["predict", "moe", "--tokens", "4", "--hidden", "1024", "--ffn", "2048", "--experts", "8",
+            "--top-k", "2", "--ep", "2", "--gpu", "h200"]
+    code, out, _ = run(args + ["--json"])
+    assert code == 0
+    d = json.loads(out)
+    assert d["experts_touched"] == pytest.approx(8 * (1 - (6 / 8) ** 4))
+    assert d["busiest_expert_rows"] == pytest.approx(2.41, rel=0.01)  # sampled: 2.408 rows
+    code, out, _ = run(args)
+    assert code == 0 and "experts touched" in out
+    assert float(re.search(r"busiest expert\s+([\d.]+) rows", out).group(1)) == pytest.approx(2.41, rel=0.01)
+    code, out, _ = run(args + ["--routing", "balanced", "--json"])
+    assert json.loads(out)["busiest_expert_rows"] == 1  # 8 routed rows over 8 experts
+
+
+def test_formula_moe_names_the_numeric_busiest_expert():
+    code, out, _ = run(["formula", "moe"])
+    assert code == 0 and "E*(1 - (1 - k/E)**T)" in out
+    assert "busiest expert load (uniform, computed numerically): busiest(T, E, k)" in out
 
 
 def test_cli_group_is_importable_without_sympy():

@@ -15,12 +15,19 @@ def predict():
     """Predict the latency of a kernel (or, later, a whole model) on a GPU."""
 
 
+<<<<<<< HEAD
 def _report(op, gpu, spec_files, profile, as_json, title, eager=False):
+=======
+def _report(op, gpu, spec_files, profile, as_json, title, facts=None):
+    """Print ``op``'s predicted timing; ``facts``: (JSON key, label, value, text) of what
+    else set the time, listed before it."""
+>>>>>>> moe
     from ..timing import predict as predict_op
     from ..units import format_bytes, format_rate, format_seconds
 
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
+<<<<<<< HEAD
     extra = {}
     if op.family == "attention":  # which kernel runs it on this GPU
         from ..attention_kernels import kernel_of
@@ -35,8 +42,17 @@ def _report(op, gpu, spec_files, profile, as_json, title, eager=False):
         emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
                    "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
                    "mode": "eager" if eager else "graph", **extra, **t.as_dict()})
+=======
+    t = predict_op(op, spec, prof)
+    facts = facts or []
+    if as_json:
+        emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
+                   "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
+                   **{key: value for key, _, value, _ in facts}, **t.as_dict()})
+>>>>>>> moe
         return
-    rows = [
+    rows = [(label, text) for _, label, _, text in facts]
+    rows += [
         ("latency", format_seconds(t.latency_s)),
         ("bound", t.bound),
         ("FLOPs", f"{t.flops:.4g}"),
@@ -164,8 +180,19 @@ def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fuse
     op = MoE(tokens=tokens, hidden=hidden, ffn=ffn, experts=experts, top_k=top_k,
              dtype=dtype.lower(), routing=routing, imbalance=imbalance, ep=ep,
              **({"routing_kernels": 3, "eager": False} if fused else {}))
+    touched, busiest = float(op.touched()), float(op.busiest())
+    mean = tokens * top_k / experts
+    expected = "expected, " if op.routing == "uniform" and imbalance is None else ""
+    facts = [("experts_touched", "experts touched", touched,
+              f"{touched:.4g} of {experts}" + (" (expected)" if expected else "")),
+             ("busiest_expert_rows", "busiest expert", busiest,
+              f"{busiest:.4g} rows ({expected}mean {mean:.4g}, x{busiest / mean:.3g})")]
     _report(op, gpu, spec_files, profile, as_json,
+<<<<<<< HEAD
             f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", eager)
+=======
+            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", facts)
+>>>>>>> moe
 
 
 def _collective_command(kind):

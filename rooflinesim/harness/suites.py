@@ -669,6 +669,8 @@ _SUITES = {
     "layers10": lambda: _random_layers(random.Random(5772), 80),
     "holdout14": lambda: holdout_suite(seed=91193, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers11": lambda: _random_layers(random.Random(6389), 80),
+    "holdout15": lambda: holdout_suite(seed=33461, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "layers12": lambda: _random_layers(random.Random(8462), 80),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")

@@ -8,8 +8,8 @@ How tokens land on experts is given by one of:
   tokens_per_expert: explicit counts (a tuple of length ``experts``);
   routing="uniform": each token picks top_k distinct experts uniformly: an expert is
       touched with probability 1-(1-k/E)^T, so E*(1-(1-k/E)^T) experts have work, and the
-      busiest expert's load is approximated by mean + sqrt(2 ln(E) var) (the Gaussian
-      extreme value of E Binomial(T, k/E) loads), capped at T;
+      busiest expert's load is the expected largest of the E dependent Binomial(T, k/E)
+      loads (:mod:`rooflinesim.ops.routing`);
   imbalance=x: the busiest expert gets x times the mean load.
 """
 
@@ -22,12 +22,13 @@ import numpy as np
 
 from ..dtypes import bytes_per_element
 from ..errors import UserError
-from ..symbolic import ceil, is_symbolic, log, maximum, minimum, where
+from ..symbolic import ceil, is_symbolic, maximum, minimum, where
 from ..work import Work, total
 from .base import Op, check_choice, check_positive
 from .collectives import Collective
 from .gemm import FORMATS, TILE_M, Gemm
 from .memory import Bookkeeping, Elementwise, Gather, Norm
+from .routing import expected_busiest, expected_touched
 
 
 @dataclass(frozen=True)
@@ -75,19 +76,6 @@ def _sharded(ep) -> bool:
     if type(ep) is int:
         return ep > 1
     return is_symbolic(ep) or bool(np.count_nonzero(np.asarray(ep) > 1))
-
-
-def expected_touched(tokens, experts, top_k):
-    """Expected experts with at least one token under uniform top-k routing."""
-    return experts * (1 - (1 - top_k / experts) ** tokens)
-
-
-def expected_busiest(tokens, experts, top_k):
-    """Approximate expected load of the busiest expert under uniform routing."""
-    p = top_k / experts
-    mean = tokens * p
-    var = tokens * p * (1 - p)
-    return minimum(tokens, mean + (2 * log(experts) * var) ** 0.5)
 
 
 @dataclass(frozen=True)
@@ -166,6 +154,8 @@ class MoE(Op):
         if self.tokens_per_expert is not None:
             per_gpu = np.asarray(self.tokens_per_expert).reshape(int(self.ep), -1).sum(axis=1)
             return int(per_gpu.max())
+        if not _sharded(self.ep):
+            return self.routed_rows() / self.ep
         excess = maximum(0, self.busiest() - self._mean_load())
         return self.routed_rows() / self.ep + where(self.ep > 1, excess, 0)
 
