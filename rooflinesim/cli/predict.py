@@ -15,19 +15,15 @@ def predict():
     """Predict the latency of a kernel (or, later, a whole model) on a GPU."""
 
 
-<<<<<<< HEAD
-def _report(op, gpu, spec_files, profile, as_json, title, eager=False):
-=======
-def _report(op, gpu, spec_files, profile, as_json, title, facts=None):
-    """Print ``op``'s predicted timing; ``facts``: (JSON key, label, value, text) of what
-    else set the time, listed before it."""
->>>>>>> moe
+def _report(op, gpu, spec_files, profile, as_json, title, eager=False, facts=None):
+    """Print ``op``'s predicted timing, replayed in a CUDA graph or with ``eager`` launched
+    from Python; ``facts``: (JSON key, label, value, text) of what else set the time,
+    listed before it."""
     from ..timing import predict as predict_op
     from ..units import format_bytes, format_rate, format_seconds
 
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
-<<<<<<< HEAD
     extra = {}
     if op.family == "attention":  # which kernel runs it on this GPU
         from ..attention_kernels import kernel_of
@@ -38,18 +34,12 @@ def _report(op, gpu, spec_files, profile, as_json, title, facts=None):
     t = predict_op(op, spec, prof, eager=eager)
     if eager:
         title += " (eager launches)"
-    if as_json:
-        emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
-                   "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
-                   "mode": "eager" if eager else "graph", **extra, **t.as_dict()})
-=======
-    t = predict_op(op, spec, prof)
     facts = facts or []
     if as_json:
         emit_json({"op": op.family, "gpu": spec.name, "profile": profile_label(prof),
                    "shape": {k: v for k, v in op.shape().items() if v not in (None, "")},
+                   "mode": "eager" if eager else "graph", **extra,
                    **{key: value for key, _, value, _ in facts}, **t.as_dict()})
->>>>>>> moe
         return
     rows = [(label, text) for _, label, _, text in facts]
     rows += [
@@ -188,11 +178,7 @@ def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fuse
              ("busiest_expert_rows", "busiest expert", busiest,
               f"{busiest:.4g} rows ({expected}mean {mean:.4g}, x{busiest / mean:.3g})")]
     _report(op, gpu, spec_files, profile, as_json,
-<<<<<<< HEAD
-            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", eager)
-=======
-            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", facts)
->>>>>>> moe
+            f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", eager, facts)
 
 
 def _collective_command(kind):
