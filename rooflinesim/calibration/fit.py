@@ -192,15 +192,17 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     regime = lambda r: regimes.get(id(r)) or ""  # noqa: E731
     out = [
         # a copy kernel: 16-bit buffers run its 16-byte vector loads whatever their size's
-        # alignment (the kernel names), odd byte counts a 4-byte one
+        # alignment (the kernel names: vectorized_elementwise_kernel<8>), odd byte counts
+        # a 4-byte one (<4>): the latter alone pay align2_memory (rules.memory)
         Group("copy", "memory", "copy", lambda r: r["op"] == "copy" and not is_graph_memcpy(r),
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
                "align2_memory", "align2_launch_s"), fixed={"align8_memory": 1.0}),
-        # a contiguous copy_ in a CUDA graph runs as a memcpy node, which slows down past a
-        # size (benchmarks/copy_modes.py) and has misaligned paths of its own
+        # a contiguous copy_ in a CUDA graph runs as a memcpy node: its own fixed costs,
+        # misaligned paths and a slowdown past a size (benchmarks/copy_modes.py)
         Group("copy:graph_memcpy", "memory", "copy:graph_memcpy", is_graph_memcpy,
-              ("large_bytes", "large_memory_efficiency", "align8_memory", "align2_memory",
-               "align2_launch_s"), inherit=("memory", "copy")),
+              ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
+               "align8_memory", "align2_memory", "large_bytes", "large_memory_efficiency",
+               "align2_launch_s")),
         Group("rmsnorm", "memory", "rmsnorm", lambda r: r["op"] == "rmsnorm",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
                "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements", "row_double_bytes"),

@@ -29,6 +29,10 @@ def memory_terms(op, spec, profile) -> KernelTerms:
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
+        if not op.graph_memcpy:
+            # a copy kernel keeps its vector loads whatever the size of a buffer of 16-bit
+            # elements; only an odd byte count (1-byte elements) takes its narrower path
+            a = np.where(a >= 2, 16.0, a)
         memory_scale = 1 / _class_factor(a, 1.0, p.align8_memory, p.align2_memory)
         if p.align2_launch_s:  # the head and tail bytes of an odd size take extra work
             extra_launch = np.where(a < 4, p.align2_launch_s, 0.0)
