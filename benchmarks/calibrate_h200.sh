@@ -12,17 +12,23 @@
 #                     and random-layers9.jsonl, were measured after the model's last change,
 #                     in two rounds, and looked at once each; they are reported on their
 #                     own (last command).
-#   eager launches:   eager-{quick,random,memory,moe,decoder}.jsonl fit the host side of
-#                     eager timing (after the GPU side, which no eager record fits);
-#                     eager-holdout13.jsonl with eager-layers10.jsonl were looked at while
-#                     the host model was built; eager-holdout14.jsonl with
-#                     eager-layers11.jsonl (and holdout14.jsonl with random-layers11.jsonl
-#                     in graph mode) were measured after its last change and looked at once.
+#   eager launches:   eager2-{random,memory,moe,decoder,quick}.jsonl fit the host side of
+#                     eager timing (after the GPU side, which no eager record fits).
+#                     eager-holdout13b.jsonl, eager-holdout14.jsonl and eager-layers11.jsonl
+#                     were looked at while the host model was built; eager-holdout15.jsonl
+#                     with eager-layers12.jsonl were measured after its last change and
+#                     looked at once (last command). The eager files measured before the
+#                     harness emptied its allocator between cases (eager-quick, -random,
+#                     -memory, -moe, -decoder, -holdout13, -layers10) have host times that
+#                     grew with the blocks earlier cases left cached: kept, not used.
+#   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
+#                     with copies timed as kernels; looked at once before the copy kernel's
+#                     alignment rule, which they led to.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
 rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl "$d"/decoder-layers.jsonl \
-  "$d"/eager-{quick,random,memory,moe,decoder}.jsonl \
+  "$d"/eager2-{random,memory,moe,decoder,quick}.jsonl \
   --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
 held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-layers.jsonl
       "$d"/random-layers{2,3,4,5,6,7}.jsonl)
@@ -30,6 +36,7 @@ rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 5
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by mode
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by backend
 rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gpu h200-sxm --worst 5 --by mode
-rooflinesim validate "$d"/eager-holdout13b.jsonl "$d"/eager-layers10.jsonl --gpu h200-sxm --worst 5
 rooflinesim validate "$d"/holdout14.jsonl "$d"/random-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
-rooflinesim validate "$d"/eager-holdout14.jsonl "$d"/eager-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/eager-holdout13b.jsonl "$d"/eager-holdout14.jsonl "$d"/eager-layers11.jsonl \
+  --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/eager-holdout15.jsonl "$d"/eager-layers12.jsonl --gpu h200-sxm --worst 5 --by mode
