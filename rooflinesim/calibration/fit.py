@@ -28,7 +28,7 @@ from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_reg
 from .folds import folds_over_shapes as _folds
 from .folds import shape_key as _shape_key
 from .host import fit_host
-from .profile import FAMILIES, CollectiveParams, KernelParams, Profile
+from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
 from .validate import is_eager, reasons, stats
 
@@ -452,6 +452,9 @@ def write_profile(profile: Profile, path) -> None:
             fam[key] = {k: _round(v) for k, v in params.items() if v != ideal[k]}
     data["collectives"] = {k: {kk: _round(vv) for kk, vv in v.items()}
                            for k, v in data["collectives"].items()}
+    unset = HostParams().model_dump()
+    data["host"] = {k: {kk: _round(vv) for kk, vv in v.items() if kk == "n" or vv != unset[kk]}
+                    for k, v in data["host"].items()}
     data["validation"] = _round(data["validation"])
     header = (f"# Calibration profile for {profile.gpu}, fitted by `rooflinesim calibrate`.\n"
               "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n"
