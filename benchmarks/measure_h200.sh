@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -186,6 +186,20 @@ eager3)
   run1 eager-layers12.jsonl 35 layers12 eager
   cat "$out/nvidia-smi.csv" >>"$out/log-eager3.txt" && rm -f "$out/nvidia-smi.csv"
   ;;
+eager4)
+  # one GPU: eager launches with no profiler pass in the process (after one, later eager
+  # launches take longer: eager-moe-profile.jsonl against eager-moe-noprofile.jsonl):
+  # calibration suites again, and a sixteenth held-out set, eager, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  run1() {  # run1 FILE BUDGET SUITE
+    timeout $(( $2 + 25 )) python3 -m rooflinesim.harness run --suite "$3" --mode eager \
+      --out "$out/$1" --time-budget "$2" >>"$out/log-eager4.txt" 2>&1
+  }
+  run1 eager3-random.jsonl 80 random
+  run1 eager3-memory.jsonl 25 memory
+  run1 eager3-decoder.jsonl 40 decoder
+  run1 eager-holdout16.jsonl 65 holdout16
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -215,6 +229,7 @@ case $phase in
     holdout14.jsonl random-layers11.jsonl ;;
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
+  eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

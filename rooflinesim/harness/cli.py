@@ -71,6 +71,9 @@ def _add_run_options(p):
     p.add_argument("--no-resume", action="store_true", help="measure again cases already in --out")
     p.add_argument("--retry-failed", action="store_true", help="measure again failed cases")
     p.add_argument("--no-profile", action="store_true", help="skip the per-case kernel count")
+    p.add_argument("--profile", action="store_true",
+                   help="count each case's kernels in eager mode too (off there by default: after "
+                        "a profiler pass, later eager launches in the process take longer)")
     p.add_argument("--case-timeout", type=_positive_float, default=180.0, metavar="SECONDS",
                    help="kill and record a case running longer (isolated runs; default 180)")
     iso = p.add_mutually_exclusive_group()
@@ -148,7 +151,7 @@ def _run(args, argv) -> int:
         opts = Options(out=out, device=device, mode=mode, hardware=hardware, run_id=run_id,
                        suites=suite_names, argv=_public_args(argv), max_cases=args.max_cases,
                        deadline=deadline, resume=not args.no_resume,
-                       retry_failed=args.retry_failed, profile=not args.no_profile,
+                       retry_failed=args.retry_failed, profile=not args.no_profile and (mode == "graph" or args.profile),
                        case_timeout_s=args.case_timeout, quiet=args.quiet)
         rc = run(cases, opts)
     if not args.worker and not args.quiet:

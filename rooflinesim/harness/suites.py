@@ -671,6 +671,7 @@ _SUITES = {
     "layers11": lambda: _random_layers(random.Random(6389), 80),
     "holdout15": lambda: holdout_suite(seed=33461, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers12": lambda: _random_layers(random.Random(8462), 80),
+    "holdout16": lambda: holdout_suite(seed=24917, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
