@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import UserError
 
-__all__ = ["KiB", "MiB", "SMALL_FILE_BYTES", "shorten", "size_text", "read_text", "load_yaml",
+__all__ = ["KiB", "MiB", "SMALL_FILE_BYTES", "shorten", "field_path", "size_text", "read_text", "load_yaml",
            "load_json", "output_path", "write_text", "write_bytes"]
 
 KiB = 1024
@@ -40,6 +40,17 @@ def shorten(value, limit: int = 40) -> str:
     else:
         text = repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def field_path(loc) -> str:
+    """Where a problem is, as 'memory.capacity': a key that is not a plain printable name
+    (empty, with spaces or control characters, very long) is quoted, cut short."""
+    parts = []
+    for part in loc:
+        text = str(part)
+        plain = 0 < len(text) <= 40 and text.isprintable() and " " not in text
+        parts.append(text if plain else shorten(text, 30))
+    return ".".join(parts)
 
 
 def _cut_repr(value, limit: int) -> str:

@@ -31,7 +31,7 @@ from pydantic import (
 
 from .fastpath import SpecMethods
 from .errors import UnknownName, UserError, did_you_mean
-from .files import shorten
+from .files import field_path, shorten
 from .units import parse_quantity
 
 __all__ = [
@@ -268,7 +268,7 @@ def _one_sentence(exc: ValidationError, raw: dict) -> str:
     errors = exc.errors(include_url=False)
     err = errors[0]
     loc = tuple(err["loc"])
-    where = ".".join(str(p) if len(str(p)) <= 40 else shorten(str(p))[1:-1] for p in loc)
+    where = field_path(loc)
     kind = err["type"]
     if kind == "extra_forbidden":
         what = f"unknown field; expected one of {', '.join(_known_fields(loc[:-1]))}"
@@ -359,6 +359,8 @@ def _names_in(path, strict: bool) -> tuple[str, list[str], list[str]]:
         if strict:
             raise
         return stem, [], []
+    if strict:  # a file named on the command line: its mistakes are reported at once
+        load_spec_file(path)
     name = _key(raw["name"]) if isinstance(raw.get("name"), str) else stem
     strings = lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else []  # noqa: E731
     found = [_key(a) for a in strings(raw.get("aliases"))]

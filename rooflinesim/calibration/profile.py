@@ -209,7 +209,7 @@ IDEAL = Profile()
 
 
 def load_profile_file(path) -> Profile:
-    from ..files import load_yaml, read_text, shorten
+    from ..files import field_path, load_yaml, read_text, shorten
 
     text = read_text(path, "profile")
     path = Path(path)
@@ -220,7 +220,7 @@ def load_profile_file(path) -> Profile:
         return Profile.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(x) if len(str(x)) <= 40 else shorten(str(x))[1:-1] for x in err["loc"])
+        where = field_path(err["loc"])
         raise UserError(f"{path.name}: {where}: {shorten(err['msg'], 120)[1:-1]}") from None
 
 

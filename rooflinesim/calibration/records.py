@@ -88,6 +88,7 @@ def load(paths) -> Measurements:
             raise UserError(f"measurement file '{p}' does not exist")
         text = read_text(path, "measurement", MAX_FILE_BYTES)
         lines = text.splitlines()
+        read_one = False
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -95,7 +96,7 @@ def load(paths) -> Measurements:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                if lineno == len(lines) and not text.endswith(("\n", "\r")):
+                if read_one and lineno == len(lines) and not text.endswith(("\n", "\r")):
                     out.warnings.append(f"{p.name}: skipped line {lineno}, the last, which was cut "
                                         "short (a write that did not finish)")
                     continue
@@ -104,6 +105,7 @@ def load(paths) -> Measurements:
                 raise UserError(f"{where}: the JSON is nested too deeply") from None
             if not isinstance(rec, dict):
                 raise UserError(f"{where}: a record must be a JSON object")
+            read_one = True
             if "run" in rec and "op" not in rec:
                 run = rec["run"]
                 _check_run(run, where)

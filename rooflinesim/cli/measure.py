@@ -43,7 +43,6 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     out = output_path(output, "profile", force)
     spec = load_gpu(gpu, spec_files)
     meas = records.load(files)
-    _warn(meas)
     profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files])
     fit.write_profile(profile, out)
     prov = profile.provenance
@@ -58,6 +57,7 @@ def calibrate(files, gpu, spec_files, output, force, folds):
         click.echo(f"not fitted: {', '.join(families)} ({why})")
     for note in [prov[k] for k in ("left_out",) if k in prov] + prov.get("hardware_notes", []):
         click.echo(f"note: {note}")
+    _warn(meas)
 
 
 @click.command()
@@ -85,7 +85,6 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, force, as_json):
     spec = load_gpu(gpu, spec_files)
     prof = load_profile(spec, profile)
     meas = records.load(files)
-    _warn(meas)
     rep = run_validate(meas, spec, prof, profile or profile_label(prof), by=by)
     if not rep.rows:
         raise UserError(f"no record could be predicted on {spec.name}: "
@@ -94,6 +93,7 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, force, as_json):
         from ..charts import validation_figure, write_html
 
         write_html(validation_figure(rep), plot)
+    _warn(meas)
     if as_json:
         emit_json(rep.as_dict(worst))
         return

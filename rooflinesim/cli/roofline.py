@@ -66,8 +66,6 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
         from ..calibration.records import load
 
         meas = load(measured)
-        for w in meas.warnings:
-            click.echo(f"warning: {w}", err=True)
         records = meas.records
     fig = roofline_figure(pairs, preds, records,
                           title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
@@ -77,3 +75,5 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     if png:
         write_png(fig, png)
         click.echo(f"wrote {png}")
+    for w in meas.warnings if measured else ():
+        click.echo(f"warning: {w}", err=True)

@@ -164,9 +164,9 @@ def check_measurement_file(path: str) -> None:
         raise UserError(f"cannot read --out {path} ({exc.strerror or exc})") from None
     if not head.strip():
         return
-    first = head.lstrip().split(b"\n", 1)[0]
+    first = decode(head.lstrip().split(b"\n", 1)[0], path, "measurement")
     try:
-        obj = json.loads(decode(first, path, "measurement"))
+        obj = json.loads(first)
     except (ValueError, RecursionError):
         obj = None
     if not (isinstance(obj, dict) and isinstance(obj.get("run"), dict)):

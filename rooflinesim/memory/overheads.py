@@ -110,12 +110,12 @@ def _read_yaml(path: Path, what: str) -> dict:
 
 def _one_sentence(exc: ValidationError, source: str) -> UserError:
     err = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in err["loc"])
-    if len(where) > 40:
-        where = where[:37] + "..."
+    from ..files import field_path
+
+    where = field_path(err["loc"])
     if err["type"] == "extra_forbidden":
         known = ", ".join(Overheads.model_fields)
-        return UserError(f"{source}: unknown overhead '{where}'; known: {known}")
+        return UserError(f"{source}: unknown overhead {where!r}; known: {known}")
     msg = str(err.get("ctx", {}).get("error", err["msg"]))
     return UserError(f"{source}: {where}: {msg}")
 
