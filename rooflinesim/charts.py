@@ -161,14 +161,19 @@ def validation_figure(report) -> go.Figure:
 
 def write_html(fig: go.Figure, path) -> None:
     """Self-contained HTML (plotly.js embedded, no CDN)."""
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+    from .files import write_text
+
+    write_text(path, fig.to_html(include_plotlyjs=True, full_html=True), "HTML")
 
 
 def write_png(fig: go.Figure, path) -> None:
     from .errors import UserError
 
+    from .files import write_bytes
+
     try:
-        fig.write_image(str(path))
+        data = fig.to_image(format="png")
     except Exception as e:  # kaleido or a browser missing
         raise UserError(f"cannot write {path}: PNG export needs kaleido and Chromium "
-                        f"({str(e).splitlines()[0][:120]})") from None
+                        f"({(str(e).splitlines() or [type(e).__name__])[0][:120]})") from None
+    write_bytes(path, data, "PNG")

@@ -21,7 +21,7 @@ from .dtypes import names as _dtype_names
 from .errors import UserError
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 5
+_VERSION = 6
 
 
 class SpecMethods:

@@ -18,7 +18,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -32,6 +31,7 @@ from pydantic import (
 
 from .fastpath import SpecMethods
 from .errors import UnknownName, UserError, did_you_mean
+from .files import field_path, shorten
 from .units import parse_quantity
 
 __all__ = [
@@ -47,9 +47,6 @@ BUNDLED_PACKAGE = "rooflinesim.hardware_specs"
 # fp64 is the vector (CUDA-core) rate, fp64_tensor the matrix rate that fp64 GEMMs use.
 RATE_KEYS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
-# Safe loaders only (no Python object construction); the C one is much faster when built.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 # ---------------------------------------------------------------------------- models
 
@@ -62,7 +59,7 @@ def _quantity(kind: str, example: str, *, optional: bool = False, allow_zero: bo
             return None
         x = parse_quantity(value, kind)
         if x < 0 or (x == 0 and not allow_zero):
-            raise UserError(f"must be {'at least' if allow_zero else 'greater than'} 0, got {value!r}")
+            raise UserError(f"must be {'at least' if allow_zero else 'greater than'} 0, got {shorten(value)}")
         return x
 
     number = {"type": "number", ("minimum" if allow_zero else "exclusiveMinimum"): 0}
@@ -113,7 +110,7 @@ class Compute(_Model):
                 raise UserError("needs at least one rate")
             for key in value:
                 if key not in RATE_KEYS:
-                    raise UserError(f"unknown rate '{key}'; known: {', '.join(RATE_KEYS)}")
+                    raise UserError(f"unknown rate {shorten(key)}; known: {', '.join(RATE_KEYS)}")
         return value
 
 
@@ -203,7 +200,7 @@ class GpuSpec(_Model, SpecMethods):
         seen: set[str] = set()
         for name in value:
             if _key(name) in seen:
-                raise UserError(f"'{name}' is listed twice (names compare case-insensitively)")
+                raise UserError(f"{shorten(name)} is listed twice (names compare case-insensitively)")
             seen.add(_key(name))
         return value
 
@@ -227,17 +224,9 @@ def _stat_key(path) -> tuple:
 
 def _load_yaml(path) -> dict:
     """The top-level mapping of a YAML file; any problem is a one-sentence UserError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    try:
-        data = yaml.load(text, Loader=_SafeLoader)  # a safe loader: plain data only
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise UserError(f"{path}: not valid YAML{where} ({problem})") from None
+    from .files import load_yaml, read_text
+
+    data = load_yaml(read_text(path, "spec"), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of fields at the top level")
     return data
@@ -279,7 +268,7 @@ def _one_sentence(exc: ValidationError, raw: dict) -> str:
     errors = exc.errors(include_url=False)
     err = errors[0]
     loc = tuple(err["loc"])
-    where = ".".join(str(p) for p in loc)
+    where = field_path(loc)
     kind = err["type"]
     if kind == "extra_forbidden":
         what = f"unknown field; expected one of {', '.join(_known_fields(loc[:-1]))}"
@@ -289,7 +278,7 @@ def _one_sentence(exc: ValidationError, raw: dict) -> str:
         what = str(err["ctx"]["error"])
     else:
         msg = err["msg"]
-        what = f"{msg[:1].lower()}{msg[1:]}, got {_raw_at(raw, loc)!r}"
+        what = f"{msg[:1].lower()}{msg[1:]}, got {shorten(_raw_at(raw, loc))}"
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     return f"{where}: {what}{more}" if where else f"{what}{more}"
 
@@ -320,6 +309,8 @@ def validate_spec_file(path) -> GpuSpec:
 
 def _as_path(path):
     if isinstance(path, (str, os.PathLike)):
+        if not os.fspath(path).strip():
+            raise UserError("an empty path was given for a spec file")
         path = Path(path)
         if not path.is_file():
             raise UserError(f"{path}: no such spec file")
@@ -368,6 +359,8 @@ def _names_in(path, strict: bool) -> tuple[str, list[str], list[str]]:
         if strict:
             raise
         return stem, [], []
+    if strict:  # a file named on the command line: its mistakes are reported at once
+        load_spec_file(path)
     name = _key(raw["name"]) if isinstance(raw.get("name"), str) else stem
     strings = lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else []  # noqa: E731
     found = [_key(a) for a in strings(raw.get("aliases"))]

@@ -80,7 +80,10 @@ def parse_quantity(value: str | float | int, kind: str) -> float:
         raise ValueError(f"unknown quantity kind {kind!r}; known: {', '.join(KINDS)}") from None
 
     def fail() -> UserError:
-        return UserError(f"cannot read {str(value)!r} as {spec.what} (expected e.g. '{spec.example}')")
+        from .files import shorten
+
+        text = value if isinstance(value, str) else shorten(value)
+        return UserError(f"cannot read {shorten(text)} as {spec.what} (expected e.g. '{spec.example}')")
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise fail()

@@ -325,3 +325,93 @@ def test_committed_measurements_come_from_the_suites_as_defined():
             assert rec["case_id"] in ids[name], f"{path.name}: {rec['case_id']} is not in suite {name}"
             checked += 1
     assert checked > 4000
+
+
+# ------------------------------------------------- a run stopped, files that are not ours
+
+def _start(out, *extra):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "rooflinesim.harness", "run", "--device", "cpu",
+                             "--suite", "cpu-tiny", "--quiet", "--out", str(out), *extra],
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_lines(path, n, proc, timeout_s=60.0):
+    import time
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and proc.poll() is None:
+        if path.exists() and len(path.read_bytes().splitlines()) >= n:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_a_run_stopped_mid_way_loses_no_finished_record_and_resumes(tmp_path, signal_name):
+    import signal
+
+    out = tmp_path / "m.jsonl"
+    proc = _start(out)
+    assert _wait_for_lines(out, 4, proc), "the run finished before it could be stopped"
+    proc.send_signal(getattr(signal, signal_name))
+    proc.wait(timeout=60)
+    if signal_name == "SIGINT":
+        assert proc.returncode == 130 and "resume" in proc.stderr.read()
+    data = out.read_bytes()
+    finished = [json.loads(line) for line in data.splitlines()[:-1]]  # all but the last: whole
+    assert finished[0]["run"]["device"] == "cpu"
+    if not data.endswith(b"\n"):  # killed while writing: the resumed run cuts the torn line
+        data = data[: data.rfind(b"\n") + 1]
+    before = [line for line in data.splitlines() if line.strip()]
+    assert _run("--suite", "cpu-tiny", "--out", str(out)) == 0
+    lines = out.read_bytes().splitlines()
+    assert lines[: len(before)] == before  # nothing finished was lost or rewritten
+    recs = [json.loads(line) for line in lines if b'"case_id"' in line]
+    ids = [r["case_id"] for r in recs]
+    assert sorted(set(ids)) == sorted(ids)  # no case measured twice
+    assert len(ids) == len(suites.suite_cases("cpu-tiny"))
+    assert not (tmp_path / "m.jsonl.lock").exists()
+
+
+def test_a_second_run_on_the_same_out_is_refused_and_names_the_first(tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    proc = _start(out)
+    try:
+        assert _wait_for_lines(out, 2, proc)
+        assert _run("--suite", "cpu-tiny", "--out", str(out)) == 2
+        err = capsys.readouterr().err.strip()
+        assert "in use by another harness run" in err and f"pid {proc.pid}" in err
+        assert "\n" not in err
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def test_an_out_file_that_is_not_a_measurement_file_is_left_alone(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert _run("--suite", "cpu-tiny", "--out", str(notes)) == 2
+    assert "not a measurement file" in capsys.readouterr().err
+    assert notes.read_text() == "my notes\n"
+
+
+def test_a_torn_last_line_is_cut_before_the_next_record(tmp_path):
+    out = tmp_path / "m.jsonl"
+    assert _run("--suite", "cpu-tiny", "--max-cases", "2", "--out", str(out)) == 0
+    whole = out.read_bytes()
+    out.write_bytes(whole + b'{"op": "gemm", "dtype": "fp32", "m')
+    assert _run("--suite", "cpu-tiny", "--max-cases", "1", "--out", str(out)) == 0
+    data = out.read_bytes()
+    assert data.startswith(whole) and data.endswith(b"\n")
+    assert all(isinstance(json.loads(line), dict) for line in data.splitlines())
+
+
+def test_no_case_for_this_device_is_an_error_and_writes_no_file(tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    assert cli.main(["run", "--device", "cpu", "--suite", "quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nothing to measure" in err and "\n" not in err and "was not written" in err
+    assert not out.exists()

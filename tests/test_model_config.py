@@ -449,3 +449,49 @@ def test_top_k_above_experts_is_rejected():
     with pytest.raises(UserError) as exc:
         from_raw({**raw("mixtral-8x7b"), "num_experts_per_tok": 9})
     assert "num_experts_per_tok" in one_sentence(exc)
+
+
+# ------------------------------------------------------ quantization_config, size bounds
+
+@pytest.mark.parametrize("quant, weights", [
+    ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4"),
+    ({"quant_method": "gptq", "bits": 8}, "int8"),
+    ({"quant_method": "gptq"}, "int4"),  # GPTQ's default
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, None),
+])
+def test_quantization_config_gives_the_weights_default(quant, weights):
+    cfg = from_hf_dict({**raw("llama-3-8b"), "quantization_config": quant}, name="q")
+    assert cfg.quantized_weights == weights
+    default, warning = cfg.weights_default()
+    assert default == (weights or "bf16")
+    assert (warning is None) == (weights is not None)
+    if warning:
+        assert "bitsandbytes" in warning and "ignored" in warning and "\n" not in warning
+
+
+def test_deepseek_v3_preset_is_stored_in_fp8():
+    assert load_config("deepseek-v3").weights_default() == ("fp8", None)
+    assert load_config("llama-3-8b").weights_default() == ("bf16", None)
+
+
+def test_fit_and_predict_take_the_configs_quantization_unless_told(tmp_path):
+    from helpers import run_cli
+
+    code, out, _ = run_cli(["fit", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8"])
+    assert code == 0 and "weights fp8" in out
+    code, out, _ = run_cli(["fit", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8",
+                            "--weights", "bf16"])
+    assert "weights bf16" in out
+    path = write(tmp_path, {**raw("llama-3-8b"), "quantization_config": {"quant_method": "hqq"}})
+    code, out, err = run_cli(["predict", "model", "--model", str(path), "--gpu", "h100"])
+    assert code == 0 and err.startswith("warning:") and "hqq" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("num_hidden_layers", 1e9, "10,000"), ("hidden_size", 4096 * 10**6, "1,000,000"),
+    ("vocab_size", 10**12, "10,000,000"), ("num_attention_heads", 10**9, "10,000,000"),
+])
+def test_sizes_are_bounded(key, value, bound):
+    with pytest.raises(UserError, match=f"'{key}' must be at most {bound}"):
+        from_hf_dict({**raw("llama-3-8b"), key: value}, name="huge")

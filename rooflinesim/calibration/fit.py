@@ -460,7 +460,9 @@ def write_profile(profile: Profile, path) -> None:
               "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n"
               "# provenance.records_per_family: the records that fitted each family; a family\n"
               "# under prior_kept had none and keeps the ideal profile's parameters.\n")
-    Path(path).write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    from ..files import write_text
+
+    write_text(path, header + yaml.safe_dump(data, sort_keys=False, width=100), "profile")
 
 
 def _round(x):

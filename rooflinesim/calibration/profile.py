@@ -209,21 +209,19 @@ IDEAL = Profile()
 
 
 def load_profile_file(path) -> Profile:
-    import yaml
+    from ..files import field_path, load_yaml, read_text, shorten
 
+    text = read_text(path, "profile")
     path = Path(path)
-    try:
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except FileNotFoundError:
-        raise UserError(f"profile file '{path}' does not exist") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"{path.name}: not valid YAML ({str(e).splitlines()[0]})") from None
+    data = load_yaml(text, path.name)
+    if not isinstance(data, dict):
+        raise UserError(f"{path.name}: expected a mapping of profile fields at the top level")
     try:
         return Profile.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"{path.name}: {where}: {err['msg']}") from None
+        where = field_path(err["loc"])
+        raise UserError(f"{path.name}: {where}: {shorten(err['msg'], 120)[1:-1]}") from None
 
 
 def _bundled_dir():

@@ -3,7 +3,7 @@ into the op the cost models know. Unknown fields are kept and ignored."""
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,44 +12,115 @@ from ..errors import UserError
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 
 
+# The largest measurement file read at once (the project's own are under a megabyte each).
+MAX_FILE_BYTES = 256 * 1024 * 1024
+# Record fields of a known type: text (or null), true/false (or null), numbers.
+_TEXT = ("status", "dtype", "backend", "hardware", "run_id", "impl", "routing", "mode", "case_id")
+_FLAGS = ("graph", "causal")
+_NOT_NUMBERS = ("causal", "routing", "mode")
+_LARGEST = 1e18  # no shape or byte count of one kernel comes near
+
+
 @dataclass
 class Measurements:
     records: list[dict] = field(default_factory=list)  # status ok, with measured_s
     failed: list[dict] = field(default_factory=list)
     runs: dict[str, dict] = field(default_factory=dict)  # run_id -> provenance header
+    warnings: list[str] = field(default_factory=list)  # e.g. a torn last line skipped
 
     def of(self, op: str) -> list[dict]:
         return [r for r in self.records if r["op"] == op]
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= _LARGEST
+
+
+def _check_fields(rec: dict, where: str) -> None:
+    """One sentence naming ``where`` for a field of the wrong type: the models read
+    these fields, and a list or a string where a number belongs is not a measurement."""
+    from ..files import shorten
+    from ..harness.records import SHAPE_FIELDS
+
+    def bad(key, what):
+        return UserError(f"{where}: field '{key}' must be {what}, got {shorten(rec[key])}")
+
+    if not isinstance(rec["op"], str):
+        raise bad("op", "the name of an op")
+    for key in _TEXT:
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            raise bad(key, "a string")
+    for key in _FLAGS:
+        if rec.get(key) is not None and not isinstance(rec[key], bool) and rec[key] not in (0, 1):
+            raise bad(key, "true or false")
+    if rec.get("total_memory_bytes") is not None and not _is_number(rec["total_memory_bytes"]):
+        raise bad("total_memory_bytes", "a number of bytes")
+    for key in SHAPE_FIELDS.get(rec["op"], ()):
+        if key in rec and key not in _NOT_NUMBERS and not _is_number(rec[key]):
+            raise bad(key, f"a number (at most {_LARGEST:.0e})")
+
+
+def _check_run(run, where: str) -> None:
+    from ..files import shorten
+
+    if not isinstance(run, dict):
+        raise UserError(f"{where}: a run header must be an object, got {shorten(run)}")
+    if run.get("run_id") is not None and not isinstance(run["run_id"], str):
+        raise UserError(f"{where}: the run header's run_id must be a string, got {shorten(run['run_id'])}")
+    memory = run.get("total_memory_bytes")
+    if memory is not None and not _is_number(memory):
+        raise UserError(f"{where}: the run header's total_memory_bytes must be a number, got "
+                        f"{shorten(memory)}")
+
+
 def load(paths) -> Measurements:
+    """The records of measurement files (JSON Lines). A problem with a record is one
+    sentence naming file and line; a last line cut short (no newline, not valid JSON: a
+    write that was interrupted) is skipped with a warning."""
+    import json
+
+    from ..files import read_text
+
     out = Measurements()
     for path in paths:
         p = Path(path)
-        if not p.is_file():
+        if os.fspath(path).strip() and not p.exists():
             raise UserError(f"measurement file '{p}' does not exist")
-        for lineno, line in enumerate(p.read_text().splitlines(), 1):
+        text = read_text(path, "measurement", MAX_FILE_BYTES)
+        lines = text.splitlines()
+        read_one = False
+        for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
+            where = f"{p.name}, line {lineno}"
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise UserError(f"{p.name}, line {lineno}: not valid JSON ({e.msg})") from None
+                if read_one and lineno == len(lines) and not text.endswith(("\n", "\r")):
+                    out.warnings.append(f"{p.name}: skipped line {lineno}, the last, which was cut "
+                                        "short (a write that did not finish)")
+                    continue
+                raise UserError(f"{where}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise UserError(f"{where}: the JSON is nested too deeply") from None
             if not isinstance(rec, dict):
-                raise UserError(f"{p.name}, line {lineno}: a record must be a JSON object")
+                raise UserError(f"{where}: a record must be a JSON object")
+            read_one = True
             if "run" in rec and "op" not in rec:
                 run = rec["run"]
-                out.runs[run.get("run_id", f"{p.name}:{lineno}")] = run
+                _check_run(run, where)
+                out.runs[run.get("run_id") or f"{p.name}:{lineno}"] = run
                 continue
             if "op" not in rec:
-                raise UserError(f"{p.name}, line {lineno}: a record needs an 'op' field")
+                raise UserError(f"{where}: a record needs an 'op' field")
+            _check_fields(rec, where)
             rec["_source"] = f"{p.name}:{lineno}"
             if rec.get("status", "ok") != "ok":
                 out.failed.append(rec)
                 continue
             t = rec.get("measured_s")
-            if not isinstance(t, (int, float)) or t <= 0:
-                raise UserError(f"{p.name}, line {lineno}: measured_s must be a positive number of seconds")
+            if not _is_number(t) or t <= 0:
+                raise UserError(f"{where}: measured_s must be a positive number of seconds")
             out.records.append(rec)
     return out
 

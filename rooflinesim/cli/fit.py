@@ -35,15 +35,17 @@ def _override(ctx, param, values):
 @click.option("--batch", type=POS, default=1, show_default=True, help="Concurrent sequences.")
 @click.option("--context", type=POS, default=None,
               help="Tokens per sequence (prompt + output). Default: the model's maximum.")
-@click.option("--weights", default="bf16", show_default=True,
-              help="bf16, fp16, fp8, int8 or int4 (weight-only, group-quantized as GPTQ/AWQ).")
+@click.option("--weights", default=None,
+              help="bf16, fp16, fp8, int8 or int4 (weight-only, group-quantized as GPTQ/AWQ). "
+                   "Default: what the config's quantization_config stores, else bf16.")
 @click.option("--kv", default="bf16", show_default=True, help="KV-cache dtype: bf16, fp16 or fp8.")
 @click.option("--block-size", type=POS, default=16, show_default=True, help="Paged-KV block size (tokens).")
 @click.option("--gpu-memory-utilization", type=UTIL, default=0.9, show_default=True,
               help="Share of the card the deployment may use; the rest is headroom.")
 @click.option("--group-size", type=POS, default=None, help="int4 group size (default 128).")
-@click.option("--int4-format", type=click.Choice(["gptq", "awq"]), default="gptq", show_default=True,
-              help="awq also stores a 4-bit zero point per group.")
+@click.option("--int4-format", type=click.Choice(["gptq", "awq"]), default=None,
+              help="awq also stores a 4-bit zero point per group (default: the config's "
+                   "quant_method when it is awq, else gptq).")
 @click.option("--fp8-scales", type=click.Choice(["tensor", "channel"]), default="tensor", show_default=True)
 @click.option("--keep-16bit", "keep_16bit", multiple=True,
               type=click.Choice(["attention", "dense_mlp", "routed_experts", "shared_experts"]),
@@ -74,6 +76,18 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     from ..units import parse_quantity
 
     overheads = load_overheads(overheads_file, **overrides)
+    if weights is None or int4_format is None:
+        from ..models.config import load_config
+
+        cfg = load_config(model)
+        model = cfg
+        if weights is None:
+            weights, note = cfg.weights_default()
+            if note:
+                click.echo(f"warning: {note}", err=True)
+        if int4_format is None:
+            method = cfg.weight_quant_method or ""
+            int4_format = "awq" if method.startswith("awq") else "gptq"
     total = parse_quantity(device_memory, "bytes") if device_memory is not None else None
     plan = plan_fit(model, gpu, batch=batch, context=context, tp=tp, pp=pp, ep=ep,
                     weights=weights, kv=kv, block_size=block_size,

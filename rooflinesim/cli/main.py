@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="rooflinesim", standalone_mode=False)
     except UserError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {' '.join(str(e).split())}", err=True)  # one line, whatever it quotes
         sys.exit(2)
     except click.ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # click >= 8.2: a bare group prints help

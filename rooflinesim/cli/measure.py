@@ -38,11 +38,9 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     from pathlib import Path
 
     from ..calibration import fit, records
-    from ..errors import UserError
+    from ..files import output_path
 
-    out = Path(output)
-    if out.exists() and not force:
-        raise UserError(f"{out} exists; pass --force to overwrite it")
+    out = output_path(output, "profile", force)
     spec = load_gpu(gpu, spec_files)
     meas = records.load(files)
     profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files])
@@ -59,6 +57,7 @@ def calibrate(files, gpu, spec_files, output, force, folds):
         click.echo(f"not fitted: {', '.join(families)} ({why})")
     for note in [prov[k] for k in ("left_out",) if k in prov] + prov.get("hardware_notes", []):
         click.echo(f"note: {note}")
+    _warn(meas)
 
 
 @click.command()
@@ -70,14 +69,19 @@ def calibrate(files, gpu, spec_files, output, force, folds):
               help="Split each op's statistics by a record field, e.g. mode, backend or dtype.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Also write a predicted-vs-measured chart (self-contained HTML).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
-def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
+def validate(files, gpu, spec_files, profile, worst, by, plot, force, as_json):
     """Predict measured records and report the error per op."""
     from ..calibration import records
     from ..calibration.validate import reasons
     from ..calibration.validate import validate as run_validate
     from ..errors import UserError
 
+    if plot is not None:
+        from ..files import output_path
+
+        output_path(plot, "plot", force)
     spec = load_gpu(gpu, spec_files)
     prof = load_profile(spec, profile)
     meas = records.load(files)
@@ -85,10 +89,11 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
     if not rep.rows:
         raise UserError(f"no record could be predicted on {spec.name}: "
                         + (reasons(rep.skipped) if rep.skipped else "the files hold no measurements"))
-    if plot:
+    if plot is not None:
         from ..charts import validation_figure, write_html
 
         write_html(validation_figure(rep), plot)
+    _warn(meas)
     if as_json:
         emit_json(rep.as_dict(worst))
         return
@@ -110,6 +115,11 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, as_json):
             reasons[key] = reasons.get(key, 0) + 1
         for key, count in sorted(reasons.items(), key=lambda x: -x[1])[:12]:
             click.echo(f"  {count:5d}  {key}")
+
+
+def _warn(meas) -> None:
+    for w in meas.warnings:
+        click.echo(f"warning: {w}", err=True)
 
 
 def _stats_table(ops: dict) -> str:

@@ -28,8 +28,9 @@ POS = click.IntRange(min=1)
               help="ReduceScatter + AllGather instead of AllReduce; norms on tokens / tp.")
 @click.option("--microbatches", type=POS, default=None,
               help="Pipeline microbatches (default: pp, at most the batch).")
-@click.option("--weights", default="bf16", show_default=True,
-              help="bf16, fp16, fp8 (fp8 GEMMs: weights and activations), int8 (w8a8), int4 (w4a16).")
+@click.option("--weights", default=None,
+              help="bf16, fp16, fp8 (fp8 GEMMs: weights and activations), int8 (w8a8), int4 (w4a16). "
+                   "Default: what the config's quantization_config stores, else bf16.")
 @click.option("--activations", default=None,
               help="bf16 or fp16 (default: fp16 with fp16 weights, else bf16).")
 @click.option("--kv-dtype", default=None,
@@ -63,6 +64,10 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
     from ..units import parse_quantity
 
     cfg = load_model(model_name, fast=True)
+    if weights is None:
+        weights, note = cfg.weights_default()
+        if note:
+            click.echo(f"warning: {note}", err=True)
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, sequence_parallel=sequence_parallel,

@@ -21,7 +21,8 @@ POS = click.IntRange(min=1)
 @click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens (prefill).")
 @click.option("--context", type=POS, default=4096, show_default=True,
               help="Context reached in decode (prompt + generated tokens).")
-@click.option("--weights", default="bf16", show_default=True)
+@click.option("--weights", default=None,
+              help="Weight dtype (default: what the config's quantization_config stores, else bf16).")
 @click.option("--kv-dtype", default=None)
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: each GPU's own).")
@@ -35,20 +36,24 @@ POS = click.IntRange(min=1)
 def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, weights, kv_dtype,
              attention, measured, output, png, force):
     """Draw every op of prefill and decode against the GPU's ceilings."""
-    from pathlib import Path
-
     from ..charts import roofline_figure, write_html, write_png
     from ..errors import UserError
     from ..models.config import load_config
     from ..models.deploy import Deployment
     from ..models.workload import predict_model
 
-    for path in filter(None, (output, png)):
-        if Path(path).exists() and not force:
-            raise UserError(f"{path} exists; pass --force to overwrite it")
+    from ..files import output_path
+
+    output_path(output, "HTML", force)
+    if png is not None:
+        output_path(png, "PNG", force)
     if context <= prompt:
         raise UserError(f"--context ({context}) must exceed --prompt ({prompt})")
     cfg = load_config(model_name)
+    if weights is None:
+        weights, note = cfg.weights_default()
+        if note:
+            click.echo(f"warning: {note}", err=True)
     d = Deployment(tp=tp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower(), attention=attention)
     pairs, preds = [], []
     for gpu in gpus:
@@ -60,7 +65,8 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     if measured:
         from ..calibration.records import load
 
-        records = load(measured).records
+        meas = load(measured)
+        records = meas.records
     fig = roofline_figure(pairs, preds, records,
                           title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
                                 f"decode to {context} ({weights} weights)")
@@ -69,3 +75,5 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     if png:
         write_png(fig, png)
         click.echo(f"wrote {png}")
+    for w in meas.warnings if measured else ():
+        click.echo(f"warning: {w}", err=True)

@@ -13,11 +13,14 @@ import os
 import sys
 import time
 
+from ..errors import UserError
+from ..files import read_text, shorten
 from . import records, suites
-from .runner import Options, run, summary_table
+from .runner import Options, run, runs_here, summary_table
 from .supervisor import die_with_parent, supervise
 
 DEFAULT_RESTARTS = 10
+MAX_CASES_BYTES = 64 * 1024 * 1024  # a --cases file (the largest suite is under a megabyte)
 
 
 class UsageError(Exception):
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
             print(list_text(args.suite or list(suites.SUITE_NAMES)))
             return 0
         return _run(args, argv)
-    except UsageError as exc:
+    except (UsageError, UserError) as exc:
         print(f"harness: error: {_sentence(str(exc))}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help
@@ -135,15 +138,42 @@ def _run(args, argv) -> int:
     if device == "cpu" and args.mode == "graph" and not args.worker:
         print("harness: the CPU is timed eagerly; --mode graph is ignored", file=sys.stderr)
     hardware = args.hardware or _hardware(device, torch)
-    out = args.out or f"measurements-{records.file_slug(hardware)}.jsonl"
+    out = args.out if args.out is not None else f"measurements-{records.file_slug(hardware)}.jsonl"
+    if not out.strip():
+        raise UsageError("--out was given an empty path")
     if os.path.isdir(out):
         raise UsageError(f"--out {out} is a directory")
+    if os.path.exists(out) and not os.path.isfile(out):
+        raise UsageError(f"--out {out} is not a regular file")
+    records.check_measurement_file(out)
+    if not args.worker:
+        _check_something_runs(cases, device, out)
     run_id = args.run_id or records.new_run_id()
     if args.no_resume and not args.worker and os.path.exists(out):
         print(f"harness: --no-resume: cases already in {out} are measured again and appended",
               file=sys.stderr)
     isolate = args.isolate if args.isolate is not None else device == "cuda"
     deadline = time.time() + args.time_budget if args.time_budget else None
+    if args.worker:  # the supervisor holds the lock
+        return _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id,
+                        isolate, deadline)
+    records.Writer(out)  # (creates the directory)
+    with records.OutLock(out):
+        return _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id,
+                        isolate, deadline)
+
+
+def _check_something_runs(cases, device, out) -> None:
+    """One sentence when no case can run on this device (e.g. a GPU suite without a GPU)."""
+    if cases and not any(runs_here(c, device) for c in cases):
+        other = "a CUDA device" if device == "cpu" else "--device cpu"
+        raise UsageError(f"nothing to measure: the {len(cases)} cases need {other}, and this run "
+                         f"is on --device {device} (the suite cpu-tiny runs on a CPU); "
+                         f"{out} was not written")
+
+
+def _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id, isolate,
+             deadline) -> int:
     if isolate and not args.worker:
         rc = supervise(_worker_args(argv), out, run_id, max(0, args.restarts), deadline,
                        args.max_cases)
@@ -155,8 +185,11 @@ def _run(args, argv) -> int:
                        case_timeout_s=args.case_timeout, quiet=args.quiet)
         rc = run(cases, opts)
     if not args.worker and not args.quiet:
-        print(summary_table(out, run_id))
-        print(f"measurements: {out}")
+        if os.path.exists(out) and os.path.getsize(out):
+            print(summary_table(out, run_id))
+            print(f"measurements: {out}")
+        else:
+            print(f"harness: nothing was measured; {out} was not written", file=sys.stderr)
     return rc
 
 
@@ -209,32 +242,62 @@ def _select_cases(args):
 
 
 def _read_cases(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read --cases {path}: {exc.strerror}") from None
+    text = read_text(path, "--cases", MAX_CASES_BYTES)
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise UsageError(f"--cases {path} is nested too deeply") from None
     except ValueError:
         try:
             data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except RecursionError:
+            raise UsageError(f"--cases {path} is nested too deeply") from None
         except ValueError:
             raise UsageError(f"--cases {path} is neither a JSON list nor JSON Lines") from None
     if isinstance(data, dict):
         data = [data]
+    if not isinstance(data, list):
+        raise UsageError(f"--cases {path} must hold a JSON list of case objects, "
+                         f"not {shorten(data)}")
+    if not data:
+        raise UsageError(f"--cases {path} holds no case")
     cases = []
     for i, case in enumerate(data):
-        if not isinstance(case, dict) or case.get("op") not in records.SHAPE_FIELDS:
-            raise UsageError(f"case {i + 1} in {path} has no known op "
-                             f"({', '.join(records.SHAPE_FIELDS)})")
+        if not isinstance(case, dict):
+            raise UsageError(f"case {i + 1} in {path} is not a JSON object but {shorten(case)}")
+        op = case.get("op")
+        if not isinstance(op, str) or op not in records.SHAPE_FIELDS:
+            raise UsageError(f"case {i + 1} in {path} has no known op, got {shorten(op)} "
+                             f"(known: {', '.join(records.SHAPE_FIELDS)})")
         case = suites.with_defaults(case)
         missing = [f for f in records.SHAPE_FIELDS[case["op"]]
                    if f not in case and f != "world_size"]
         if missing:
             raise UsageError(f"case {i + 1} in {path} lacks {', '.join(missing)}")
+        _check_case_types(case, f"case {i + 1} in {path}")
         cases.append(dict(case, suite=case.get("suite", "custom")))
     return cases
+
+
+_TEXT_FIELDS = ("dtype", "backend", "routing", "mode", "action", "suite")
+
+
+def _check_case_types(case: dict, where: str) -> None:
+    """Shape fields are whole numbers (causal true or false), names are strings."""
+    for key, value in case.items():
+        if key in _TEXT_FIELDS:
+            ok = isinstance(value, str)
+            what = "a string"
+        elif key == "causal":
+            ok = isinstance(value, bool)
+            what = "true or false"
+        elif key in records.SHAPE_FIELDS[case["op"]]:
+            ok = type(value) is int
+            what = "a whole number"
+        else:
+            continue
+        if not ok:
+            raise UsageError(f"{where}: field {shorten(key)} must be {what}, got {shorten(value)}")
 
 
 def _pick_device(requested):

@@ -18,6 +18,12 @@ import sys
 import time
 import uuid
 
+from ..errors import UserError
+from ..files import decode, read_text
+
+# The largest measurement file read back to resume (the project's are under a megabyte).
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
 # Shape fields of each op, in record order; they (with op, dtype, backend and the
 # timing mode) make the case id.
 SHAPE_FIELDS = {
@@ -77,35 +83,152 @@ def failure_record(base: dict, error: str, wall_s: float | None = None) -> dict:
 
 
 class Writer:
-    """Appends JSON lines and flushes each one, so a crash loses at most one case."""
+    """Appends JSON lines, each in one write, so a crash loses at most one case and
+    leaves no line half written but the last; a torn last line (a process killed while
+    writing) is ended first, so that the next record starts a line of its own."""
 
     def __init__(self, path: str):
         self.path = path
         parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the directory {parent} for {path} "
+                            f"({exc.strerror or exc})") from None
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, separators=(", ", ": "), default=str)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
+        line = json.dumps(record, separators=(", ", ": "), default=str) + "\n"
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise UserError(f"cannot write {self.path} ({exc.strerror or exc})") from None
+        try:
+            if self._torn_tail(fd):
+                line = "\n" + line
+            os.write(fd, line.encode("utf-8"))
+        except OSError as exc:
+            raise UserError(f"cannot write {self.path} ({exc.strerror or exc})") from None
+        finally:
+            os.close(fd)
+
+
+    def _torn_tail(self, fd: int) -> bool:
+        """Whether the file ends in a line with no newline that is a whole record (then
+        the next record starts a line). A last line that is not valid JSON is what a
+        process killed while writing left: it is cut off (the case is measured again)."""
+        size = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        start = max(0, size - (1 << 20))
+        tail = os.pread(fd, size - start, start)
+        cut = tail.rfind(b"\n") + 1
+        try:
+            json.loads(tail[cut:])
+            return True
+        except (ValueError, RecursionError):
+            pass
+        if cut == 0 and start > 0:  # a last line over a megabyte long: keep it, end it
+            return True
+        os.ftruncate(fd, start + cut)
+        print(f"harness: {self.path}: removed an unfinished last line ({size - start - cut} "
+              "bytes, from a run that was stopped while writing)", file=sys.stderr, flush=True)
+        return False
 
 
 def read_lines(path: str):
-    """Every parsable JSON object of a measurement file (a torn last line is skipped)."""
+    """Every JSON object of a measurement file; a line that does not parse (a torn
+    last line) is skipped, and a file that is not UTF-8 text is one sentence."""
     if not os.path.exists(path):
         return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    for line in read_text(path, "measurement", MAX_FILE_BYTES).splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def check_measurement_file(path: str) -> None:
+    """Refuse to append to a file that is neither empty nor a measurement file (its first
+    line a run header): measurements must not land in a user's other files."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UserError(f"cannot read --out {path} ({exc.strerror or exc})") from None
+    if not head.strip():
+        return
+    first = decode(head.lstrip().split(b"\n", 1)[0], path, "measurement")
+    try:
+        obj = json.loads(first)
+    except (ValueError, RecursionError):
+        obj = None
+    if not (isinstance(obj, dict) and isinstance(obj.get("run"), dict)):
+        raise UserError(f"--out {path} is not a measurement file (its first line is not a run "
+                        "header) and will not be appended to; name a new file")
+
+
+# ----------------------------------------------------------------------- lock
+
+class OutLock:
+    """An advisory lock (flock) on the measurement file for one run, so that two runs
+    never append to one file; ``<out>.lock`` says which process holds it."""
+
+    def __init__(self, out: str):
+        self.out, self.info = out, out + ".lock"
+        self.fd: int | None = None
+        self.created = False
+
+    def __enter__(self):
+        import fcntl
+
+        self.created = not os.path.exists(self.out)
+        try:
+            self.fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise UserError(f"cannot write {self.out} ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            self.fd = None
+            raise UserError(f"--out {self.out} is in use by another harness run ({self._holder()}); "
+                            "wait for it to finish or name another file") from None
+        try:
+            with open(self.info, "w", encoding="utf-8") as f:
+                f.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                        f"{datetime.datetime.now().isoformat(timespec='seconds')}\n")
+        except OSError:
+            pass
+        return self
+
+    def _holder(self) -> str:
+        try:
+            with open(self.info, encoding="utf-8", errors="replace") as f:
+                text = " ".join(f.read(200).split())
+            return text or "process unknown"
+        except OSError:
+            return "process unknown"
+
+    def __exit__(self, *exc):
+        try:
+            os.remove(self.info)
+        except OSError:
+            pass
+        try:
+            if self.created and os.path.getsize(self.out) == 0:
+                os.remove(self.out)  # nothing was measured: leave no empty file behind
+        except OSError:
+            pass
+        if self.fd is not None:
+            os.close(self.fd)
+        return False
 
 
 def done_case_ids(path: str, retry_failed: bool = False, resume: bool = True,

@@ -11,7 +11,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
@@ -99,16 +98,9 @@ class Overheads(BaseModel):
 
 
 def _read_yaml(path: Path, what: str) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what} file ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{where}") from None
+    from ..files import load_yaml, read_text
+
+    data = load_yaml(read_text(path, what), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -118,10 +110,12 @@ def _read_yaml(path: Path, what: str) -> dict:
 
 def _one_sentence(exc: ValidationError, source: str) -> UserError:
     err = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in err["loc"])
+    from ..files import field_path
+
+    where = field_path(err["loc"])
     if err["type"] == "extra_forbidden":
         known = ", ".join(Overheads.model_fields)
-        return UserError(f"{source}: unknown overhead '{where}'; known: {known}")
+        return UserError(f"{source}: unknown overhead {where!r}; known: {known}")
     msg = str(err.get("ctx", {}).get("error", err["msg"]))
     return UserError(f"{source}: {where}: {msg}")
 

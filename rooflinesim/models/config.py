@@ -18,7 +18,6 @@ positions (no position-embedding table).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import UserError
+from ..files import SMALL_FILE_BYTES, load_json, read_text, shorten
 from . import presets
 from .facts import LayerKind, ModelFacts
 
@@ -66,6 +66,9 @@ class ModelConfig(BaseModel, ModelFacts):
     rope_theta: float | None = Field(None, gt=0)
     torch_dtype: str | None = None
     weight_quant_method: str | None = Field(None, description="quantization_config.quant_method")
+    quantized_weights: str | None = Field(None, description=(
+        "the weight dtype quantization_config stands for (fp8, int8, int4), None when there is "
+        "none or rooflinesim does not model the method"))
 
     qkv_bias: bool = Field(False, description="bias on q, k, v (MLA: on q_a and kv_a)")
     o_bias: bool = False
@@ -210,6 +213,14 @@ SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))
 
 _MISSING = object()
 
+# The largest value each size may take: far beyond any real model, small enough that no
+# count, tuple of layers or sum over them grows without bound.
+_MAXIMA = {"num_hidden_layers": 10_000, "num_nextn_predict_layers": 10_000,
+           "first_k_dense_replace": 10_000, "moe_layer_freq": 10_000, "decoder_sparse_step": 10_000,
+           "hidden_size": 1_000_000, "vocab_size": 10_000_000,
+           "max_position_embeddings": 2**31, "sliding_window": 2**31}
+_MAXIMUM = 10_000_000  # any other size: heads, head dims, MLP and expert widths, experts
+
 
 class _Reader:
     """Typed access to the raw dict; every problem is one sentence naming source and key."""
@@ -235,27 +246,31 @@ class _Reader:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"must be an integer of at least {minimum}, got {value!r}")
+            raise self.fail(key, f"must be an integer of at least {minimum}, got {shorten(value)}")
+        maximum = _MAXIMA.get(key, _MAXIMUM)
+        if value > maximum:
+            raise self.fail(key, f"must be at most {maximum:,}, got {shorten(value)}")
         return value
 
     def flag(self, key: str, default: Any = _MISSING) -> bool | None:
         value = self.get(key, default)
         if value is not None and not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r}")
+            raise self.fail(key, f"must be true or false, got {shorten(value)}")
         return value
 
     def number(self, key: str, default: Any = _MISSING) -> float | None:
         value = self.get(key, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(key, f"must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+                or abs(value) == float("inf"):
+            raise self.fail(key, f"must be a finite number, got {shorten(value)}")
         return float(value)
 
     def text(self, key: str, default: Any = _MISSING) -> str | None:
         value = self.get(key, default)
         if value is not None and not isinstance(value, str):
-            raise self.fail(key, f"must be a string, got {value!r}")
+            raise self.fail(key, f"must be a string, got {shorten(value)}")
         return value
 
 
@@ -266,7 +281,7 @@ def _check_keys(raw: dict, family: _Family, source: str) -> tuple[str, ...]:
         if key in COMMON_KEYS or key in family.keys or key in IRRELEVANT_KEYS:
             continue
         if _UNMODELLED.search(key):
-            raise UserError(f"{source}: config field '{key}' changes the compute graph in a way "
+            raise UserError(f"{source}: config field {shorten(key)} changes the compute graph in a way "
                             f"rooflinesim cannot model")
         ignored.append(key)
     for key in ("is_encoder_decoder", "add_cross_attention"):
@@ -276,9 +291,9 @@ def _check_keys(raw: dict, family: _Family, source: str) -> tuple[str, ...]:
     layer_types = raw.get("layer_types")
     if layer_types is not None:
         kinds = layer_types if isinstance(layer_types, list) else [layer_types]
-        other = sorted({str(t) for t in kinds} - {"full_attention"})
+        other = sorted({shorten(t) for t in kinds} - {"'full_attention'"})
         if other:
-            raise UserError(f"{source}: config field 'layer_types' has {', '.join(other)} layers, "
+            raise UserError(f"{source}: config field 'layer_types' has {', '.join(other[:3])} layers, "
                             f"and rooflinesim models full attention only")
     return tuple(ignored)
 
@@ -292,12 +307,12 @@ def from_hf_dict(raw: dict, *, name: str, source: str = "", hf_id: str | None = 
     model_type = r.text("model_type")
     family = _FAMILIES.get(model_type)
     if family is None:
-        raise UserError(f"{source}: model_type '{model_type}' is not supported by rooflinesim "
+        raise UserError(f"{source}: model_type {shorten(model_type)} is not supported by rooflinesim "
                         f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     ignored = _check_keys(raw, family, source)
     arch = r.get("architectures", None)
     if arch is not None and not (isinstance(arch, list) and arch and isinstance(arch[0], str)):
-        raise r.fail("architectures", f"must be a list of class names, got {arch!r}")
+        raise r.fail("architectures", f"must be a list of class names, got {shorten(arch)}")
 
     hidden = r.integer("hidden_size")
     layers = r.integer("num_hidden_layers")
@@ -313,7 +328,7 @@ def from_hf_dict(raw: dict, *, name: str, source: str = "", hf_id: str | None = 
         hidden_act=r.text("hidden_act", "silu") or "silu",
         rope_theta=_rope_theta(r),
         torch_dtype=r.text("torch_dtype", None) or r.text("dtype", None),
-        weight_quant_method=_quant_method(r),
+        **_quantization(r),
         qk_norm=family.qk_norm,
         ignored_fields=ignored,
     )
@@ -349,14 +364,29 @@ def _rope_theta(r: _Reader) -> float | None:
     return theta
 
 
-def _quant_method(r: _Reader) -> str | None:
+# quantization_config.quant_method -> the weight dtype it stores (GPTQ and AWQ by their
+# bits, 4 unless the config says otherwise); other methods are not modelled.
+_QUANT_FP8 = frozenset({"fp8", "fbgemm_fp8"})
+_QUANT_GROUPED = frozenset({"awq", "gptq", "awq_marlin", "gptq_marlin"})
+
+
+def _quantization(r: _Reader) -> dict:
     q = r.raw.get("quantization_config")
     if q is None:
-        return None
+        return {"weight_quant_method": None, "quantized_weights": None}
     if not isinstance(q, dict):
-        raise r.fail("quantization_config", f"must be an object, got {q!r}")
+        raise r.fail("quantization_config", f"must be an object, got {shorten(q)}")
     method = q.get("quant_method")
-    return str(method) if method is not None else None
+    if method is not None and not isinstance(method, str):
+        raise r.fail("quantization_config.quant_method", f"must be a string, got {shorten(method)}")
+    method = method.lower() if method else None
+    weights = None
+    if method in _QUANT_FP8:
+        weights = "fp8"
+    elif method in _QUANT_GROUPED:
+        bits = q.get("bits", q.get("w_bit", 4))
+        weights = {4: "int4", 8: "int8"}.get(bits) if type(bits) is int else None
+    return {"weight_quant_method": method, "quantized_weights": weights}
 
 
 def _window(r: _Reader, family: _Family) -> dict:
@@ -397,7 +427,8 @@ def _moe(r: _Reader, family: _Family, layers: int) -> dict:
         only_mlp = r.get("mlp_only_layers", [])
         if not isinstance(only_mlp, list) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                      for i in only_mlp):
-            raise r.fail("mlp_only_layers", f"must be a list of layer indices, got {only_mlp!r}")
+            raise r.fail("mlp_only_layers", f"must be a list of layer indices, got {shorten(only_mlp)}")
+        only_mlp = set(only_mlp)
         # Qwen2MoeDecoderLayer: MoE unless listed in mlp_only_layers, every decoder_sparse_step-th layer
         kinds = tuple("moe" if i not in only_mlp and experts > 0 and (i + 1) % step == 0 else "dense"
                       for i in range(layers))
@@ -469,11 +500,7 @@ def _load_preset(preset: str) -> ModelConfig:
 
 
 def _load_file(path: Path) -> ModelConfig:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the file ({getattr(exc, 'strerror', None) or exc})") from None
-    raw = _parse(text, str(path))
+    raw = _parse(read_text(path, "config.json", SMALL_FILE_BYTES), str(path))
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     hf_id = raw.get("_name_or_path")
     hf_id = hf_id if isinstance(hf_id, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", hf_id) else None
@@ -493,11 +520,7 @@ def _hf_cache_id(path: Path) -> str | None:
 
 
 def _parse(text: str, source: str) -> dict:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno} "
-                        f"({exc.msg})") from None
+    raw = load_json(text, source)
     if not isinstance(raw, dict):
         raise UserError(f"{source}: expected a JSON object of config fields at the top level")
     return raw

@@ -34,6 +34,20 @@ class ModelFacts:
         """Size of one query/key head (MLA: the no-RoPE part plus the RoPE part)."""
         return self.head_dim
 
+    def weights_default(self) -> tuple[str, str | None]:
+        """(the weight dtype to use when a user names none, a warning or None): what the
+        config's quantization_config stores (fp8, int8, int4), else bf16, saying so when
+        the config names a quantization that is not modelled."""
+        method = getattr(self, "weight_quant_method", None)
+        weights = getattr(self, "quantized_weights", None)
+        if weights:
+            return weights, None
+        if method:
+            shown = method if len(method) <= 30 else method[:27] + "..."
+            return "bf16", (f"{self.name}: quantization_config (quant_method '{shown}') is not "
+                            "modelled and was ignored; weights are taken as bf16 (pass --weights)")
+        return "bf16", None
+
     @property
     def dense_layers(self) -> list[int]:
         return [i for i, k in enumerate(self.layer_kinds) if k == "dense"]
