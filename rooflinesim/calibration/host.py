@@ -30,22 +30,25 @@ class HostGroup:
     select: Callable
 
 
-def _key(rec, spec) -> str | None:
+def _keys(rec, spec) -> tuple:
     try:
-        return host_keys(to_op(rec), spec)[0]
+        return host_keys(to_op(rec), spec)
     except (Unpredictable, UserError):
-        return None
+        return ()
 
 
 def host_groups(records, spec) -> list[HostGroup]:
-    """In order: single kernels (one host time per call), MoE layers (per kernel: the
-    harness's layer issues a few dozen PyTorch ops), then sequences (their own call on
-    top of their parts')."""
-    keys = {id(r): _key(r, spec) for r in records}
-    present = sorted({k for k in keys.values() if k})
-    order = [k for k in present if k not in ("moe", "sequence")] + [k for k in ("moe", "sequence") if k in present]
-    return [HostGroup(k, "kernel_s" if k == "moe" else "call_s", lambda r, k=k: keys.get(id(r)) == k)
-            for k in order]
+    """In order: single kernels (one host time per call), each family's calls together
+    (what a dtype or backend with no eager records of its own takes), MoE layers (per
+    kernel: the harness's layer issues a few dozen PyTorch ops), then sequences (their
+    own call on top of their parts')."""
+    keys = {id(r): _keys(r, spec) for r in records}
+    own = sorted({k[0] for k in keys.values() if k} - {"moe", "sequence"})
+    families = sorted({k[1] for k in keys.values() if len(k) > 1})
+    last = [k for k in ("moe", "sequence") if any(ks[:1] == (k,) for ks in keys.values())]
+    return [HostGroup(k, "kernel_s" if k == "moe" else "call_s",
+                      lambda r, k=k, i=i: keys.get(id(r), ())[i:i + 1] == (k,))
+            for k, i in [(k, 0) for k in own] + [(k, 1) for k in families] + [(k, 0) for k in last]]
 
 
 def _with_host(profile: Profile, key: str, params: HostParams) -> Profile:
