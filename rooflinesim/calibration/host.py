@@ -38,8 +38,9 @@ def _keys(rec, spec) -> tuple:
 
 
 def host_groups(records, spec) -> list[HostGroup]:
-    """In order: single kernels (one host time per call), each family's calls together
-    (what a dtype or backend with no eager records of its own takes), MoE layers (per
+    """In order: each family's calls together (what a dtype or backend with no eager
+    records of its own takes; fitted first, before its own keys hide it), single kernels
+    by their own keys (one host time per call), MoE layers (per
     kernel: the harness's layer issues a few dozen PyTorch ops), then sequences (their
     own call on top of their parts')."""
     keys = {id(r): _keys(r, spec) for r in records}
@@ -48,7 +49,7 @@ def host_groups(records, spec) -> list[HostGroup]:
     last = [k for k in ("moe", "sequence") if any(ks[:1] == (k,) for ks in keys.values())]
     return [HostGroup(k, "kernel_s" if k == "moe" else "call_s",
                       lambda r, k=k, i=i: keys.get(id(r), ())[i:i + 1] == (k,))
-            for k, i in [(k, 0) for k in own] + [(k, 1) for k in families] + [(k, 0) for k in last]]
+            for k, i in [(k, 1) for k in families] + [(k, 0) for k in own] + [(k, 0) for k in last]]
 
 
 def _with_host(profile: Profile, key: str, params: HostParams) -> Profile:
