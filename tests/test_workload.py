@@ -495,7 +495,7 @@ def test_cli_warns_beyond_the_context_limit():
     (["--model", "llama-3-8b", "--pp", "40"], "exceeds the 32 layers"),
     (["--model", "mixtral-8x7b", "--tp", "4", "--ep", "3"], "does not divide the 8 experts"),
     (["--model", "llama-3-8b", "--ep", "2"], "mixture-of-experts"),
-    (["--model", "llama-3-8b", "--batch", "0"], "at least 1"),
+    (["--model", "llama-3-8b", "--batch", "0"], "0 is not in the range 1<=x"),
     (["--model", "llama-3-8b", "--batch", "lots"], "'max'"),
     (["--model", "llama-3-8b", "--weights", "fp5"], "unknown dtype"),
     (["--model", "llama-3-8b", "--kv-dtype", "int4"], "must be one of"),
