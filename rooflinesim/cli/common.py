@@ -12,13 +12,13 @@ import click
 
 from ..errors import UserError
 
-# The largest size (tokens, features, heads, bytes, ...) an option takes: 2**40, about
-# 1.1e12, far past any real model or GPU. Each size is an exact float64 integer and a
-# product of a kernel's sizes (2 m n k FLOPs, a KV cache's bytes) stays finite and within
-# int64 where the rules count in integers; larger sizes gave NaN, inf or overflow.
-MAX_SIZE = 2**40
+# Ranges of the options (shown in each option's --help). Beyond them the arithmetic gave
+# NaN, inf, an int64 overflow or a traceback; within them every number is finite.
+MAX_SIZE = 2**40  # a size: tokens, features, heads (about 1.1e12, far past any real model)
 MAX_BYTES = 2**50  # a buffer or a card's memory (1 PiB)
-MAX_COUNT = 2**16  # counts of things the code loops or lays out arrays over (GPUs, experts)
+MAX_COUNT = 2**16  # things the code loops or lays out arrays over: GPUs, experts, stages
+MAX_WORK = 2**53  # a kernel's sizes multiplied (its FLOPs and bytes up to a small factor):
+                  # float64's exact integers, and far within int64
 
 
 class Size(click.IntRange):
@@ -57,10 +57,6 @@ class Real(click.FloatRange):
 
     def get_metavar(self, param, ctx=None):
         return "X"
-
-
-MAX_WORK = 2**53  # a kernel's sizes multiplied (its FLOPs and bytes up to a small factor):
-                  # float64's exact integers, and far within int64
 
 
 def check_product(what: str, limit: int = MAX_WORK, **sizes) -> None:
@@ -233,6 +229,6 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-__all__ = ["FRACTION", "MAX_BYTES", "MAX_COUNT", "MAX_SIZE", "MAX_WORK", "check_product", "POS", "Real", "Size", "UserError", "echo",
-           "eager_option", "emit_json", "fail", "parse_size", "gpu_options", "json_option", "load_gpu",
-           "load_profile", "profile_label", "profile_option", "table"]
+__all__ = ["FRACTION", "MAX_BYTES", "MAX_COUNT", "MAX_SIZE", "MAX_WORK", "POS", "Real", "Size", "UserError",
+           "check_product", "echo", "eager_option", "emit_json", "fail", "gpu_options", "json_option",
+           "load_gpu", "load_profile", "parse_size", "profile_label", "profile_option", "table"]

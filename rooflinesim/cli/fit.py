@@ -8,7 +8,8 @@ import sys
 import click
 
 from .common import FRACTION as UTIL
-from .common import MAX_BYTES, MAX_COUNT, MAX_SIZE, UserError, POS, Size, echo, emit_json, gpu_options, json_option, parse_size, table
+from .common import (MAX_BYTES, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options,
+                     json_option, parse_size, table)
 
 PAR = Size(max=MAX_COUNT)  # a parallel degree
 
@@ -74,7 +75,8 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     if context is not None and batch * context > MAX_SIZE:
         raise UserError(f"--batch {batch} x --context {context} = {batch * context:.3g} tokens exceeds "
                         f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
-    total = parse_size(device_memory, "--device-memory", whole=False, max=MAX_BYTES) if device_memory is not None else None
+    total = None if device_memory is None else parse_size(device_memory, "--device-memory", whole=False,
+                                                          max=MAX_BYTES)
     overheads = load_overheads(overheads_file, **overrides)
     plan = plan_fit(model, gpu, batch=batch, context=context, tp=tp, pp=pp, ep=ep,
                     weights=weights, kv=kv, block_size=block_size,

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .common import MAX_SIZE, Size, echo, emit_json, gpu_options, json_option, load_gpu, load_profile, profile_label, table
+from .common import (MAX_SIZE, Size, echo, emit_json, gpu_options, json_option, load_gpu, load_profile,
+                     profile_label, table)
 
 MAX_FOLDS = 100
 

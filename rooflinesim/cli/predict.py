@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .common import (MAX_BYTES, MAX_COUNT, POS, Real, Size, check_product, echo, eager_option, emit_json, gpu_options, json_option,
-                     load_gpu, load_profile, parse_size, profile_label, profile_option, table)
+from .common import (MAX_BYTES, MAX_COUNT, POS, Real, Size, check_product, echo, eager_option, emit_json,
+                     gpu_options, json_option, load_gpu, load_profile, parse_size, profile_label, profile_option,
+                     table)
 
 
 @click.group()
