@@ -166,14 +166,31 @@ def write_html(fig: go.Figure, path) -> None:
     write_text(path, fig.to_html(include_plotlyjs=True, full_html=True), "HTML")
 
 
+PNG_INSTALL = 'pip install "rooflinesim[png]"'  # the extra that adds PNG export (kaleido)
+
+
+def check_png() -> None:
+    """Raise one sentence of UserError when PNG export cannot work in this install (no
+    kaleido), so that a command can refuse before it writes anything."""
+    import importlib.util
+
+    from .errors import UserError
+
+    if importlib.util.find_spec("kaleido") is None:
+        raise UserError(f"PNG export needs kaleido, which this install lacks: {PNG_INSTALL} adds it "
+                        "(it draws through a Chrome or Chromium browser)")
+
+
 def write_png(fig: go.Figure, path) -> None:
     from .errors import UserError
 
     from .files import write_bytes
 
+    check_png()
     try:
         data = fig.to_image(format="png")
     except Exception as e:  # kaleido or a browser missing
-        raise UserError(f"cannot write {path}: PNG export needs kaleido and Chromium "
-                        f"({(str(e).splitlines() or [type(e).__name__])[0][:120]})") from None
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise UserError(f"cannot write {path}: PNG export needs kaleido ({PNG_INSTALL}) and a Chrome "
+                        f"or Chromium browser ({reason[:120]})") from None
     write_bytes(path, data, "PNG")

@@ -515,6 +515,8 @@ def load_spec(name_or_path, spec_files=()) -> GpuSpec:
     ``spec_files`` are extra spec files registered before the name is looked up; they win
     over user directories (ROOFLINESIM_SPECS_DIR), which win over the bundled specs.
     """
+    for path in spec_files:  # every file a user names is checked, whichever GPU is asked for
+        load_spec_file(path)
     if isinstance(name_or_path, SpecMethods):  # (a validated spec, or its cached view)
         return name_or_path
     text = os.fspath(name_or_path)

@@ -343,9 +343,11 @@ class PricedCollectives(_EndToEnd):
         for op in ops:
             if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
                 raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
-            if np.count_nonzero(asarray(op.world_size) > spec.interconnect.gpus_per_node):
+            sizes = asarray(op.world_size)
+            if np.count_nonzero(sizes > spec.interconnect.gpus_per_node):
+                largest = float(np.max(sizes))
                 raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
-                                f"a world size of {op.world_size} would cross nodes, which is not modelled")
+                                f"a world size of {largest:g} GPUs would cross nodes, which is not modelled")
         super().__init__(None if len(ops) == 1 else
                          shapes or [np.broadcast(op.bytes, op.world_size).shape for op in ops])
         self.ops, self.spec, lay = ops, spec, self.lay

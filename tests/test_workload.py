@@ -24,6 +24,35 @@ FITTED = resolve_profile(H200, None)
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
+# Two code paths (kernels priced alone or together, recorded or as written) agree to
+# rounding, not bit for bit: numpy's SIMD loops differ from CPU to CPU by an ulp.
+REL = 1e-12
+
+
+def close(a, b) -> bool:
+    """Numbers to rounding; anything else (names, flags) exactly."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind not in "fiu" or b.dtype.kind not in "fiu":
+        return bool(np.array_equal(a, b))
+    return bool(np.allclose(a, b, rtol=REL, atol=0))
+
+
+def same_table(a, b) -> bool:
+    """Two phases' kernel tables: the same rows (order aside: near ties may swap) and numbers."""
+    rows_a, rows_b = {r["op"]: r for r in a}, {r["op"]: r for r in b}
+    if rows_a.keys() != rows_b.keys():
+        return False
+    for op, x in rows_a.items():
+        y = rows_b[op]
+        if x.keys() != y.keys() or x["bound"] != y["bound"]:
+            return False
+        if not all(close(x[k], y[k]) for k in x if k not in ("op", "bound")):
+            return False
+    return True
+
+
 def run(model, *, spec=H100, profile=IDEAL, batch=2, prompt=64, gen=8, **deploy):
     return predict_model(model, spec, profile, Deployment(**deploy), batch=batch, prompt=prompt, gen=gen)
 
@@ -248,9 +277,9 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
         for o, k in zip(p.ops, built):
             assert (o.name, o.kernel.cls) == (k.name, k.cls)
             for f, v in k.args.items():
-                assert np.array_equal(np.broadcast_to(o.kernel.args[f], (n,)), np.broadcast_to(v, (n,))), (o.name, f)
+                assert close(np.broadcast_to(o.kernel.args[f], (n,)), np.broadcast_to(v, (n,))), (o.name, f)
             alone = in_sequence(predict(k.op, H200, FITTED)).latency_s  # (eager: the GPU side)
-            assert np.array_equal(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
+            assert close(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
 
 
 REPLAYED = [("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, weights="fp8")),
@@ -289,13 +318,13 @@ def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch
         mp.setattr(workload, "plan_priced", as_written)
         want = predict_model(m, H200, FITTED, d, **kw)
     for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
-        assert np.array_equal(a.step_s, b.step_s) and np.array_equal(a.stage_s, b.stage_s)
-        assert np.array_equal(a.latency_s, b.latency_s)
-        assert np.array_equal(a.priced.flops, b.priced.flops) and np.array_equal(a.priced.hbm_bytes, b.priced.hbm_bytes)
-        assert np.array_equal(a.priced.bound, b.priced.bound) and a.table() == b.table()
+        assert close(a.step_s, b.step_s) and close(a.stage_s, b.stage_s)
+        assert close(a.latency_s, b.latency_s)
+        assert close(a.priced.flops, b.priced.flops) and close(a.priced.hbm_bytes, b.priced.hbm_bytes)
+        assert np.array_equal(a.priced.bound, b.priced.bound) and same_table(a.table(), b.table())
         for x, y in zip(a.ops, b.ops):  # (the sizes, replayed when asked for)
-            assert all(np.array_equal(v, y.kernel.args[f]) for f, v in x.kernel.args.items())
-        assert np.array_equal(a.ops[0].timing.latency_s, b.ops[0].timing.latency_s)
+            assert all(close(v, y.kernel.args[f]) for f, v in x.kernel.args.items())
+        assert close(a.ops[0].timing.latency_s, b.ops[0].timing.latency_s)
 
 
 def test_every_preset_replays_as_written():
@@ -323,7 +352,7 @@ def test_every_preset_replays_as_written():
                 mp.setattr(workload, "plan_priced", as_written)
                 want = predict_model(m, H200, FITTED, d, **kw)
             for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
-                assert np.array_equal(a.latency_s, b.latency_s) and a.table() == b.table(), (name, deploy)
+                assert close(a.latency_s, b.latency_s) and same_table(a.table(), b.table()), (name, deploy)
             found = recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), H200, FITTED)
             assert found.error is None and found.replays, (name, deploy)
 
@@ -376,8 +405,8 @@ def test_kernels_priced_apart_or_at_once_agree(monkeypatch, phase):
         s = sweep(m, H200, FITTED, d, batch=batch, context=ctx, phase=phase)
         runs.append((s.step_s, s.table(), [o.timing.latency_s for o in s.ops]))
     (a, ta, la), (b, tb, lb) = runs
-    assert np.array_equal(a, b) and ta == tb
-    assert all(np.array_equal(x, y) for x, y in zip(la, lb))
+    assert close(a, b) and same_table(ta, tb)
+    assert all(close(x, y) for x, y in zip(la, lb))
 
 
 def test_pipeline_stages_and_bubble():
@@ -408,7 +437,7 @@ def test_eager_takes_the_longer_of_host_and_gpu_time():
 def test_data_parallel_multiplies_throughput_only():
     m = load_config("llama-3-8b")
     a, b = run(m, batch=16), run(m, batch=16, dp=4)
-    assert b.tpot_s == a.tpot_s and b.ttft_s == a.ttft_s
+    assert b.tpot_s == pytest.approx(a.tpot_s, rel=REL) and b.ttft_s == pytest.approx(a.ttft_s, rel=REL)
     assert b.rates()["decode"]["total"] == pytest.approx(4 * a.rates()["decode"]["total"])
     assert b.rates()["decode"]["per_gpu"] == pytest.approx(a.rates()["decode"]["per_gpu"])
 
@@ -495,7 +524,7 @@ def test_cli_warns_beyond_the_context_limit():
     (["--model", "llama-3-8b", "--pp", "40"], "exceeds the 32 layers"),
     (["--model", "mixtral-8x7b", "--tp", "4", "--ep", "3"], "does not divide the 8 experts"),
     (["--model", "llama-3-8b", "--ep", "2"], "mixture-of-experts"),
-    (["--model", "llama-3-8b", "--batch", "0"], "at least 1"),
+    (["--model", "llama-3-8b", "--batch", "0"], "0 is not in the range 1<=x"),
     (["--model", "llama-3-8b", "--batch", "lots"], "'max'"),
     (["--model", "llama-3-8b", "--weights", "fp5"], "unknown dtype"),
     (["--model", "llama-3-8b", "--kv-dtype", "int4"], "must be one of"),

@@ -4,11 +4,89 @@ the commands so that one prediction stays fast from a cold start."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 
 import click
 
 from ..errors import UserError
+
+# Ranges of the options (shown in each option's --help). Beyond them the arithmetic gave
+# NaN, inf, an int64 overflow or a traceback; within them every number is finite.
+MAX_SIZE = 2**40  # a size: tokens, features, heads (about 1.1e12, far past any real model)
+MAX_BYTES = 2**50  # a buffer or a card's memory (1 PiB)
+MAX_COUNT = 2**16  # things the code loops or lays out arrays over: GPUs, experts, stages
+MAX_WORK = 2**53  # a kernel's sizes multiplied (its FLOPs and bytes up to a small factor):
+                  # float64's exact integers, and far within int64
+
+
+class Size(click.IntRange):
+    """A whole number from ``min`` (default 1) to ``max`` (default MAX_SIZE), as one
+    option's documented range; anything else is one sentence and exit code 2."""
+
+    name = "whole number"
+
+    def __init__(self, max: int = MAX_SIZE, min: int = 1):
+        super().__init__(min=min, max=max)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            text = value.strip()
+            if not re.fullmatch(r"[+-]?[0-9]+", text):  # (no '1e3', '1_000' or other digits)
+                self.fail(f"{value!r} is not a whole number.", param, ctx)
+            if len(text) > 30:
+                self.fail(f"{text[:12]}... is not in the range {self._describe_range()}.", param, ctx)
+            value = int(text)
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "N"
+
+
+class Real(click.FloatRange):
+    """A finite number in a range (never NaN or infinity)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+    def get_metavar(self, param, ctx=None):
+        return "X"
+
+
+def check_product(what: str, limit: int = MAX_WORK, **sizes) -> None:
+    """One sentence of UserError when ``sizes`` (option name -> value) multiply past ``limit``."""
+    product = math.prod(int(v) for v in sizes.values())
+    if product > limit:
+        names = " x ".join(f"--{k.replace('_', '-')}" for k in sizes)
+        raise UserError(f"{what} is too large to count exactly: {names} = {product:.3g} exceeds "
+                        f"2^{limit.bit_length() - 1} ({limit:.3g}); give smaller sizes")
+
+
+POS = Size()
+FRACTION = Real(min=0, max=1, min_open=True)
+
+
+def parse_size(text: str, option: str, kind: str = "bytes", whole: bool = True,
+               max: float = MAX_SIZE, min_open: bool = True) -> float:
+    """A quantity such as '16MiB' or '1.3 us' given to ``option``, checked: finite, above 0
+    (or at least 0 with ``min_open`` False), at most ``max`` and, for ``whole``, a whole number."""
+    from ..units import parse_quantity
+
+    value = parse_quantity(text.replace(" ", ""), kind)
+    unit = {"bytes": " bytes", "seconds": " s"}.get(kind, "")
+    if value < 0 or (min_open and value == 0):
+        raise UserError(f"{option} must be {'above' if min_open else 'at least'} 0 (got {text})")
+    if value > max:
+        raise UserError(f"{option} must be at most {max:g}{unit} (got {text})")
+    if whole and value != int(value):
+        raise UserError(f"{option} must be a whole number of {kind} (got {text}, {value:g}{unit})")
+    return value
 
 
 def gpu_options(f):
@@ -94,8 +172,29 @@ def profile_label(prof) -> str:
     return label
 
 
+# What Python prints for a number that is not finite: nan, inf, -inf, x inf (a factor).
+# (not inside a word, a path or a file name: 'info', 'nan_to_num', 'runs/inf.html')
+NONFINITE = re.compile(r"(?i)(?<![\w./\\-])x?[-+]?(nan|inf|infinity)(?![\w./\\-])")
+
+_NOT_FINITE = ("the prediction is not a finite number; the sizes are too large for the "
+               "arithmetic (keep each within its range, see --help)")
+
+
+def echo(*lines) -> None:
+    """Print lines of a report, all or none: a number that is not finite is never printed;
+    it is one sentence on stderr (exit code 2) instead."""
+    text = "\n".join(str(line) for line in lines)
+    if NONFINITE.search(text):
+        raise UserError(_NOT_FINITE)
+    click.echo(text)
+
+
 def emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=_default))
+    try:
+        text = json.dumps(obj, indent=2, default=_default, allow_nan=False)
+    except ValueError:  # (a NaN or an infinity somewhere)
+        raise UserError(_NOT_FINITE) from None
+    click.echo(text)
 
 
 def _default(x):
@@ -130,5 +229,6 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-__all__ = ["UserError", "eager_option", "emit_json", "fail", "gpu_options", "json_option", "load_gpu",
-           "load_profile", "profile_label", "profile_option", "table"]
+__all__ = ["FRACTION", "MAX_BYTES", "MAX_COUNT", "MAX_SIZE", "MAX_WORK", "POS", "Real", "Size", "UserError",
+           "check_product", "echo", "eager_option", "emit_json", "fail", "gpu_options", "json_option",
+           "load_gpu", "load_profile", "parse_size", "profile_label", "profile_option", "table"]

@@ -7,10 +7,11 @@ import sys
 
 import click
 
-from .common import emit_json, gpu_options, json_option, table
+from .common import FRACTION as UTIL
+from .common import (MAX_BYTES, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options,
+                     json_option, parse_size, table)
 
-POS = click.IntRange(min=1)
-UTIL = click.FloatRange(min=0, max=1, min_open=True)
+PAR = Size(max=MAX_COUNT)  # a parallel degree
 
 
 def _override(ctx, param, values):
@@ -28,9 +29,9 @@ def _override(ctx, param, values):
 @click.option("--model", required=True,
               help="Preset name, Hugging Face id of a preset, or a config.json path.")
 @gpu_options
-@click.option("--tp", type=POS, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--pp", type=POS, default=1, show_default=True, help="Pipeline-parallel degree.")
-@click.option("--ep", type=POS, default=1, show_default=True,
+@click.option("--tp", type=PAR, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=PAR, default=1, show_default=True, help="Pipeline-parallel degree.")
+@click.option("--ep", type=PAR, default=1, show_default=True,
               help="Expert-parallel degree (divides TP; experts split among the TP ranks).")
 @click.option("--batch", type=POS, default=1, show_default=True, help="Concurrent sequences.")
 @click.option("--context", type=POS, default=None,
@@ -38,7 +39,7 @@ def _override(ctx, param, values):
 @click.option("--weights", default=None,
               help="bf16, fp16, fp8, int8 or int4 (weight-only, group-quantized as GPTQ/AWQ). "
                    "Default: what the config's quantization_config stores, else bf16.")
-@click.option("--kv", default="bf16", show_default=True, help="KV-cache dtype: bf16, fp16 or fp8.")
+@click.option("--kv", "--kv-dtype", "kv", default="bf16", show_default=True, help="KV-cache dtype: bf16, fp16 or fp8.")
 @click.option("--block-size", type=POS, default=16, show_default=True, help="Paged-KV block size (tokens).")
 @click.option("--gpu-memory-utilization", type=UTIL, default=0.9, show_default=True,
               help="Share of the card the deployment may use; the rest is headroom.")
@@ -73,8 +74,11 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     Exit code 0: it fits; 1: it does not; 2: bad input."""
     from ..memory import fit as plan_fit
     from ..memory import load_overheads
-    from ..units import parse_quantity
-
+    if context is not None and batch * context > MAX_SIZE:
+        raise UserError(f"--batch {batch} x --context {context} = {batch * context:.3g} tokens exceeds "
+                        f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
+    total = None if device_memory is None else parse_size(device_memory, "--device-memory", whole=False,
+                                                          max=MAX_BYTES)
     overheads = load_overheads(overheads_file, **overrides)
     if weights is None or int4_format is None:
         from ..models.config import load_config
@@ -88,7 +92,6 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
         if int4_format is None:
             method = cfg.weight_quant_method or ""
             int4_format = "awq" if method.startswith("awq") else "gptq"
-    total = parse_quantity(device_memory, "bytes") if device_memory is not None else None
     plan = plan_fit(model, gpu, batch=batch, context=context, tp=tp, pp=pp, ep=ep,
                     weights=weights, kv=kv, block_size=block_size,
                     gpu_memory_utilization=gpu_memory_utilization, group_size=group_size,
@@ -101,7 +104,7 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     if as_json:
         emit_json(plan.as_dict())
     else:
-        click.echo(render(plan))
+        echo(render(plan))
     if not plan.fits:
         sys.exit(1)
 

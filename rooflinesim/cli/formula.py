@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from .common import Size, echo
+
 
 @click.command()
 @click.argument("family", type=click.Choice(["gemm", "attention", "moe", "allreduce"]))
@@ -11,8 +13,10 @@ import click
 @click.option("--crossover-gpu", default=None,
               help="gemm only: also solve for the tokens at which an n x k Linear layer "
                    "stops being memory-bound on this GPU (ideal roofline).")
-@click.option("-n", type=click.IntRange(min=1), default=4096, show_default=True)
-@click.option("-k", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("-n", type=Size(), default=4096, show_default=True,
+              help="--crossover-gpu: output features of the Linear layer.")
+@click.option("-k", type=Size(), default=4096, show_default=True,
+              help="--crossover-gpu: input features of the Linear layer.")
 @click.option("--dtype", default="bf16", show_default=True)
 @click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
               help="Extra GPU spec YAML file(s) to register (repeatable).")
@@ -31,4 +35,4 @@ def formula(family, latex, crossover_gpu, n, k, dtype, spec_files):
 
         spec = load_spec(crossover_gpu, spec_files=tuple(spec_files))
         m = formulas.crossover_tokens(spec, n, k, dtype)
-        click.echo(f"memory-bound below m = {m:.1f} tokens for a {n}x{k} {dtype} Linear on {spec.name}")
+        echo(f"memory-bound below m = {m:.1f} tokens for a {n}x{k} {dtype} Linear on {spec.name}")

@@ -47,17 +47,24 @@ def _register_lazy():
 _register_lazy()
 
 
+def _one_line(message) -> str:
+    """A message as one line: characters that are not printable (a newline or a carriage
+    return in a user's argument, say) are shown escaped."""
+    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="rooflinesim", standalone_mode=False)
     except UserError as e:
-        click.echo(f"error: {' '.join(str(e).split())}", err=True)  # one line, whatever it quotes
+        click.echo(f"error: {_one_line(e)}", err=True)
         sys.exit(2)
     except click.ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # click >= 8.2: a bare group prints help
             click.echo(e.ctx.get_help())
             sys.exit(0)
-        click.echo(f"error: {e.format_message()}", err=True)
+        click.echo(f"error: {_one_line(e.format_message())}", err=True)
         sys.exit(e.exit_code if e.exit_code != 1 else 2)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -6,7 +6,10 @@ import sys
 
 import click
 
-from .common import emit_json, gpu_options, json_option, load_gpu, load_profile, profile_label, table
+from .common import (MAX_SIZE, Size, echo, emit_json, gpu_options, json_option, load_gpu, load_profile,
+                     profile_label, table)
+
+MAX_FOLDS = 100
 
 
 @click.group()
@@ -31,7 +34,7 @@ def run(args):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Profile YAML to write.")
 @click.option("--force", is_flag=True, help="Overwrite an existing profile file.")
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+@click.option("--folds", type=Size(min=2, max=MAX_FOLDS), default=5, show_default=True,
               help="Cross-validation folds over shapes.")
 def calibrate(files, gpu, spec_files, output, force, folds):
     """Fit a calibration profile to measurements; report its error on held-out shapes."""
@@ -49,7 +52,7 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     counts = ", ".join(f"{f} {n}" for f, n in prov["records_per_family"].items() if n)
     click.echo(f"wrote {out}: {sum(s['n'] for s in cv.values())} measurements (records per "
                f"family: {counts}), {folds}-fold cross-validated error on held-out shapes:")
-    click.echo(_stats_table(cv))
+    echo(_stats_table(cv))
     by_reason: dict[str, list[str]] = {}
     for family, why in prov.get("prior_kept", {}).items():
         by_reason.setdefault(why, []).append(family)
@@ -64,7 +67,8 @@ def calibrate(files, gpu, spec_files, output, force, folds):
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @gpu_options
 @click.option("--profile", default=None, help="Profile to validate (default: the GPU's own).")
-@click.option("--worst", type=click.IntRange(min=0), default=8, show_default=True)
+@click.option("--worst", type=Size(min=0, max=MAX_SIZE), default=8, show_default=True,
+              help="Worst cases to list.")
 @click.option("--by", default=None, metavar="FIELD",
               help="Split each op's statistics by a record field, e.g. mode, backend or dtype.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -100,13 +104,13 @@ def validate(files, gpu, spec_files, profile, worst, by, plot, force, as_json):
     click.echo(f"{len(rep.rows)} records predicted on {spec.name} [profile: {profile_label(prof)}]")
     for note in rep.notes:
         click.echo(f"note: {note}")
-    click.echo(_stats_table(rep.ops))
+    echo(_stats_table(rep.ops))
     if worst and rep.rows:
         click.echo("\nworst cases:")
-        click.echo(table([(r["op"], r["case"][:70], f"{r['measured_s'] * 1e6:.1f}",
-                           f"{r['predicted_s'] * 1e6:.1f}", f"{100 * r['error']:+.1f}%")
-                          for r in rep.worst(worst)],
-                         headers=("op", "case", "measured µs", "predicted µs", "error")))
+        echo(table([(r["op"], r["case"][:70], f"{r['measured_s'] * 1e6:.1f}",
+                     f"{r['predicted_s'] * 1e6:.1f}", f"{100 * r['error']:+.1f}%")
+                    for r in rep.worst(worst)],
+                   headers=("op", "case", "measured µs", "predicted µs", "error")))
     if rep.skipped:
         click.echo(f"\n{len(rep.skipped)} records not predicted:")
         reasons: dict[str, int] = {}

@@ -2,38 +2,57 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
-from .common import (emit_json, gpu_options, json_option, load_gpu, load_model, load_profile,
-                     profile_label, profile_option, table)
+from .common import (FRACTION, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options, json_option,
+                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table)
 
-POS = click.IntRange(min=1)
+PAR = Size(max=MAX_COUNT)  # a parallel degree or a number of microbatches
+MAX_CHUNKS = 4096  # prefill chunks of one prompt (the prediction prices each one)
+MAX_DECODE_POINTS = 1024
+MAX_LAUNCH_S = 1.0  # host time of one kernel launch
+
+
+class BatchOrMax(Size):
+    """A batch size, or 'max'."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() == "max":
+            return "max"
+        if isinstance(value, str) and not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            self.fail(f"{value!r} is neither a whole number nor 'max'.", param, ctx)
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "N|max"
 
 
 @click.command("model")
 @click.option("--model", "model_name", required=True,
               help="A bundled preset (e.g. llama-3-70b), a Hugging Face id, or a config.json path.")
-@click.option("--batch", default="1", show_default=True,
+@click.option("--batch", type=BatchOrMax(), default="1", show_default=True,
               help="Concurrent sequences per replica, or 'max': the largest batch of prompt + gen "
                    "tokens the memory planner fits (as `rooflinesim fit` reports it).")
 @click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens per sequence.")
 @click.option("--gen", type=POS, default=256, show_default=True, help="Generated tokens per sequence.")
 @click.option("--chunk", type=POS, default=None,
               help="Chunked prefill: prompt tokens per sequence per step (default: the whole prompt).")
-@click.option("--tp", type=POS, default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--pp", type=POS, default=1, show_default=True, help="Pipeline stages.")
-@click.option("--ep", type=POS, default=1, show_default=True, help="Expert-parallel GPUs (MoE).")
-@click.option("--dp", type=POS, default=1, show_default=True, help="Data-parallel replicas.")
+@click.option("--tp", type=PAR, default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--pp", type=PAR, default=1, show_default=True, help="Pipeline stages.")
+@click.option("--ep", type=PAR, default=1, show_default=True, help="Expert-parallel GPUs (MoE).")
+@click.option("--dp", type=PAR, default=1, show_default=True, help="Data-parallel replicas.")
 @click.option("--sequence-parallel", is_flag=True,
               help="ReduceScatter + AllGather instead of AllReduce; norms on tokens / tp.")
-@click.option("--microbatches", type=POS, default=None,
+@click.option("--microbatches", type=PAR, default=None,
               help="Pipeline microbatches (default: pp, at most the batch).")
 @click.option("--weights", default=None,
               help="bf16, fp16, fp8 (fp8 GEMMs: weights and activations), int8 (w8a8), int4 (w4a16). "
                    "Default: what the config's quantization_config stores, else bf16.")
 @click.option("--activations", default=None,
               help="bf16 or fp16 (default: fp16 with fp16 weights, else bf16).")
-@click.option("--kv-dtype", default=None,
+@click.option("--kv-dtype", "--kv", "kv_dtype", default=None,
               help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
 @click.option("--group-size", type=POS, default=128, show_default=True, help="int4 weights per scale.")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
@@ -44,10 +63,10 @@ POS = click.IntRange(min=1)
 @click.option("--launch-overhead", default=None,
               help="Host time per kernel launch with --eager (default: the profile's fitted host time "
                    "of one call, else 4us).")
-@click.option("--decode-points", type=POS, default=4, show_default=True,
+@click.option("--decode-points", type=Size(max=MAX_DECODE_POINTS), default=4, show_default=True,
               help="Decode contexts averaged into the time per output token.")
 @click.option("--memory-fraction", "--gpu-memory-utilization", "memory_fraction",
-              type=click.FloatRange(min=0, max=1, min_open=True), default=0.9, show_default=True,
+              type=FRACTION, default=0.9, show_default=True,
               help="--batch max: share of the card the deployment may use, the rest headroom "
                    "(the planner's gpu_memory_utilization).")
 @gpu_options
@@ -58,11 +77,17 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
           decode_points, memory_fraction, gpu, spec_files, profile, as_json):
     """A model served on GPUs: time to first token, time per output token, throughput, and
     the kernels of prefill and decode with their times."""
-    from ..errors import UserError
     from ..models.deploy import Deployment, max_batch
     from ..models.workload import predict_model
-    from ..units import parse_quantity
 
+    if chunk is not None and -(-prompt // chunk) > MAX_CHUNKS:
+        raise UserError(f"--prompt {prompt} in chunks of {chunk} is {-(-prompt // chunk):,} chunks; "
+                        f"at most {MAX_CHUNKS} are priced (pass a larger --chunk)")
+    overhead_s = None if launch_overhead is None else parse_size(
+        launch_overhead, "--launch-overhead", "seconds", whole=False, max=MAX_LAUNCH_S, min_open=False)
+    if batch != "max" and batch * (prompt + gen) > MAX_SIZE:
+        raise UserError(f"--batch {batch} x (--prompt + --gen) = {batch * (prompt + gen):.3g} tokens exceeds "
+                        f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
     cfg = load_model(model_name, fast=True)
     if weights is None:
         weights, note = cfg.weights_default()
@@ -74,21 +99,13 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    weights=weights.lower(), activations=activations and activations.lower(),
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
-                   launch_overhead_s=None if launch_overhead is None
-                   else parse_quantity(launch_overhead.replace(" ", ""), "seconds"))
+                   launch_overhead_s=overhead_s)
     source = click.get_current_context().get_parameter_source("batch")
     how = "default" if source == click.core.ParameterSource.DEFAULT else "given"
-    if batch.strip().lower() == "max":
+    if batch == "max":
         batch = max_batch(cfg, d, spec, prompt + gen, memory_fraction)
         how = (f"max: the largest batch the memory planner fits for {prompt + gen} tokens, "
                f"at gpu_memory_utilization {memory_fraction:g}")
-    else:
-        try:
-            batch = int(batch)
-        except ValueError:
-            raise UserError(f"--batch must be a whole number or 'max' (got {batch!r})") from None
-        if batch < 1:
-            raise UserError(f"--batch must be at least 1 (got {batch})")
     r = predict_model(cfg, spec, prof, d, batch=batch, prompt=prompt, gen=gen, chunk=chunk,
                       decode_points=decode_points)
     for note in r.warnings:
@@ -105,12 +122,12 @@ def _print(r, prof, how) -> None:
 
     d = r.deployment
     rates, mem = r.rates(), r.memory()
-    click.echo(f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
-               f"[profile: {profile_label(prof)}]")
+    out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
+           f"[profile: {profile_label(prof)}]"]
     view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each" if d.eager
             else "CUDA graph (kernel sum)")
     chunk = f", prefill in chunks of {r.chunk}" if r.chunk else ""
-    click.echo(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; the batch's prompts "
+    out.append(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; the batch's prompts "
                f"are prefilled together; {view}")
     ctx = r.decode.phase.seq_kv
     rows = [
@@ -126,17 +143,17 @@ def _print(r, prof, how) -> None:
                  f"{format_bytes(mem['weights_bytes_per_gpu'], binary=False)} / "
                  f"{format_bytes(mem['kv_cache_bytes_per_gpu'], binary=False)} of "
                  f"{format_bytes(mem['capacity_bytes'], binary=False)}"))
-    click.echo(table(rows, align=["<", "<"]))
+    out.append(table(rows, align=["<", "<"]))
     each = "per GPU, one microbatch through every stage"
     titles = {"prefill": f"prefill (whole prompt{{}}; {each})",
               "decode": f"decode (one step, mean over the contexts; {each})"}
     for name, phase in (("prefill", r.prefill), ("decode", r.decode)):
-        click.echo("")
-        click.echo(titles[name].format(", all chunks" if r.chunk else ""))
-        click.echo(table([(o["op"], f"{o['count']:g}", format_rate(o["flops"], "FLOP").replace("/s", ""),
+        out += ["", titles[name].format(", all chunks" if r.chunk else "")]
+        out.append(table([(o["op"], f"{o['count']:g}", format_rate(o["flops"], "FLOP").replace("/s", ""),
                            format_bytes(o["hbm_bytes"], binary=False), format_seconds(o["time_s"]),
                            o["bound"], f"{100 * o['share']:.1f}%") for o in phase.table()],
                          headers=("op", "count", "FLOPs", "HBM bytes", "time", "bound", "share")))
+    echo(*out)
 
 
 def register(predict_group) -> None:

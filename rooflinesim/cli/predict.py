@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .common import (eager_option, emit_json, gpu_options, json_option, load_gpu, load_profile,
-                     profile_label, profile_option, table)
-
-POS = click.IntRange(min=1)
+from .common import (MAX_BYTES, MAX_COUNT, POS, Real, Size, check_product, echo, eager_option, emit_json,
+                     gpu_options, json_option, load_gpu, load_profile, parse_size, profile_label, profile_option,
+                     table)
 
 
 @click.group()
 def predict():
-    """Predict the latency of a kernel (or, later, a whole model) on a GPU."""
+    """Predict the latency of a kernel, or of a whole model served on GPUs (`predict model`)."""
 
 
 def _report(op, gpu, spec_files, profile, as_json, title, eager=False, facts=None):
@@ -71,13 +70,12 @@ def _report(op, gpu, spec_files, profile, as_json, title, eager=False, facts=Non
             rows.append((name[:-2].replace("_", " "), format_seconds(v)))
         else:
             rows.append((name.replace("_", " "), f"x{float(v):.3g}"))
-    click.echo(f"{title} on {spec.name} [profile: {profile_label(prof)}]")
-    click.echo(table(rows, align=["<", "<"]))
+    out = [f"{title} on {spec.name} [profile: {profile_label(prof)}]", table(rows, align=["<", "<"])]
     if t.parts:
-        click.echo("")
-        click.echo(table([(n, format_seconds(p.latency_s), p.bound,
-                           f"{100 * p.latency_s / t.latency_s:.1f}%") for n, p in t.parts],
-                         headers=("kernel", "time", "bound", "share")))
+        out += ["", table([(n, format_seconds(p.latency_s), p.bound,
+                            f"{100 * p.latency_s / t.latency_s:.1f}%") for n, p in t.parts],
+                          headers=("kernel", "time", "bound", "share"))]
+    echo(*out)
 
 
 @predict.command()
@@ -96,6 +94,7 @@ def gemm(m, n, k, batch, dtype, group_size, gpu, spec_files, profile, eager, as_
     """A GEMM C[m,n] = A[m,k] @ W[n,k]^T (a Linear layer)."""
     from ..ops.gemm import Gemm
 
+    check_product("the GEMM", batch=batch, m=m, n=n, k=k)
     op = Gemm(m=m, n=n, k=k, batch=batch, dtype=dtype.lower(), group_size=group_size)
     _report(op, gpu, spec_files, profile, as_json, f"GEMM {dtype} m={m} n={n} k={k}"
             + (f" batch={batch}" if batch > 1 else ""), eager)
@@ -135,6 +134,7 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
         raise UserError(f"--seq-q ({seq_q}) cannot exceed --seq ({seq_kv})")
     if kv_heads and heads % kv_heads:
         raise UserError(f"--kv-heads ({kv_heads}) must divide --heads ({heads})")
+    check_product("the attention", batch=batch, heads=heads, seq_q=seq_q, seq=seq_kv, head_dim=head_dim)
     op = Attention(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q, seq_kv=seq_kv,
                    head_dim=head_dim, causal=causal, dtype=dtype.lower(), kv_dtype=kv_dtype,
                    variant=variant, backend=backend, page_size=page_size)
@@ -147,14 +147,14 @@ def attention(batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, decode, p
 @click.option("--tokens", type=POS, required=True)
 @click.option("--hidden", type=POS, required=True)
 @click.option("--ffn", type=POS, required=True, help="Intermediate size of one expert.")
-@click.option("--experts", type=POS, required=True)
-@click.option("--top-k", type=POS, required=True)
+@click.option("--experts", type=Size(max=MAX_COUNT), required=True)
+@click.option("--top-k", type=Size(max=MAX_COUNT), required=True)
 @click.option("--dtype", default="bf16", show_default=True, help="Expert weight format.")
 @click.option("--routing", type=click.Choice(["uniform", "balanced"]), default="uniform",
               show_default=True)
-@click.option("--imbalance", type=click.FloatRange(min=1), default=None,
+@click.option("--imbalance", type=Real(min=1, max=MAX_COUNT), default=None,
               help="Busiest expert's load over the mean (overrides --routing).")
-@click.option("--ep", type=POS, default=1, show_default=True, help="Expert-parallel degree.")
+@click.option("--ep", type=Size(max=MAX_COUNT), default=1, show_default=True, help="Expert-parallel degree.")
 @click.option("--fused", is_flag=True,
               help="An engine's fused MoE kernels (few routing kernels, fused SwiGLU and "
                    "combine) instead of PyTorch ops one by one, as the harness measures.")
@@ -167,6 +167,8 @@ def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fuse
     """A MoE layer: router, top-k, dispatch, grouped expert GEMMs (SwiGLU), combine."""
     from ..ops.moe import MoE
 
+    check_product("the MoE layer", tokens=tokens, top_k=top_k, hidden=hidden, ffn=ffn)
+    check_product("the MoE router", tokens=tokens, hidden=hidden, experts=experts)
     op = MoE(tokens=tokens, hidden=hidden, ffn=ffn, experts=experts, top_k=top_k,
              dtype=dtype.lower(), routing=routing, imbalance=imbalance, ep=ep,
              **({"routing_kernels": 3, "eager": False} if fused else {}))
@@ -181,11 +183,19 @@ def moe(tokens, hidden, ffn, experts, top_k, dtype, routing, imbalance, ep, fuse
             f"MoE T={tokens} H={hidden} F={ffn} E={experts} k={top_k} ep={ep}", eager, facts)
 
 
+_COLLECTIVES = {"allreduce": "every GPU ends with the sum of the full tensor",
+                "allgather": "every GPU ends with all GPUs' shards of the full tensor",
+                "reducescatter": "every GPU ends with its shard of the sum",
+                "alltoall": "every GPU sends a distinct shard to each other GPU"}
+
+
 def _collective_command(kind):
-    @predict.command(name=kind)
+    @predict.command(name=kind, help=f"An NCCL-style {kind} in the latency-bandwidth form (algbw "
+                                     f"and busbw): {_COLLECTIVES[kind]}.")
     @click.option("--bytes", "size", required=True,
                   help="Size of the full tensor, e.g. 16MiB, 1GB or 1048576.")
-    @click.option("--gpus", "world_size", type=click.IntRange(min=2), default=8, show_default=True)
+    @click.option("--gpus", "world_size", type=Size(min=2, max=MAX_COUNT), default=8, show_default=True,
+                  help="GPUs taking part (the world size).")
     @click.option("--algorithm", type=click.Choice(["ring", "tree", "nvls"]), default="ring",
                   show_default=True)
     @gpu_options
@@ -193,14 +203,13 @@ def _collective_command(kind):
     @json_option
     def command(size, world_size, algorithm, gpu, spec_files, profile, as_json):
         from ..ops.collectives import Collective
-        from ..units import parse_quantity
 
-        nbytes = parse_quantity(size.replace(" ", ""), "bytes")
+        nbytes = parse_size(size, "--bytes", max=MAX_BYTES)
+        check_product(f"the {kind}", bytes=nbytes, gpus=world_size)
         op = Collective(kind=kind, bytes=nbytes, world_size=world_size, algorithm=algorithm)
         _report(op, gpu, spec_files, profile, as_json,
                 f"{kind} {algorithm} of {size} over {world_size} GPUs")
 
-    command.__doc__ = f"An NCCL-style {kind} in the latency-bandwidth form (algbw and busbw)."
     return command
 
 
@@ -217,9 +226,8 @@ for _kind in ("allreduce", "allgather", "reducescatter", "alltoall"):
 def copy(size, gpu, spec_files, profile, eager, as_json):
     """A device-to-device copy (the buffer is read once and written once)."""
     from ..ops.memory import Copy
-    from ..units import parse_quantity
 
-    op = Copy(bytes=parse_quantity(size.replace(" ", ""), "bytes"))
+    op = Copy(bytes=parse_size(size, "--bytes", max=MAX_BYTES))
     _report(op, gpu, spec_files, profile, as_json, f"copy of {size}", eager)
 
 
@@ -237,5 +245,6 @@ def norm(tokens, hidden, kind, dtype, gpu, spec_files, profile, eager, as_json):
     """RMSNorm, LayerNorm or a row softmax over [tokens, hidden]."""
     from ..ops.memory import Norm
 
+    check_product(f"the {kind}", tokens=tokens, hidden=hidden)
     op = Norm(tokens=tokens, hidden=hidden, kind=kind, dtype=dtype.lower())
     _report(op, gpu, spec_files, profile, as_json, f"{kind} tokens={tokens} hidden={hidden}", eager)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import load_gpu, load_profile
-
-POS = click.IntRange(min=1)
+from .common import MAX_COUNT, MAX_SIZE, POS, Size, echo, load_gpu, load_profile
 
 
 @click.command()
@@ -16,14 +14,15 @@ POS = click.IntRange(min=1)
 @click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
               help="Extra GPU spec YAML file(s) to register (repeatable).")
 @click.option("--profile", default=None, help="Calibration profile (default: each GPU's own).")
-@click.option("--tp", type=POS, default=1, show_default=True)
-@click.option("--batch", type=POS, default=8, show_default=True)
+@click.option("--tp", type=Size(max=MAX_COUNT), default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--batch", type=POS, default=8, show_default=True, help="Concurrent sequences.")
 @click.option("--prompt", type=POS, default=2048, show_default=True, help="Prompt tokens (prefill).")
 @click.option("--context", type=POS, default=4096, show_default=True,
               help="Context reached in decode (prompt + generated tokens).")
 @click.option("--weights", default=None,
               help="Weight dtype (default: what the config's quantization_config stores, else bf16).")
-@click.option("--kv-dtype", default=None)
+@click.option("--kv-dtype", "--kv", "kv_dtype", default=None,
+              help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: each GPU's own).")
 @click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
@@ -31,24 +30,29 @@ POS = click.IntRange(min=1)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="HTML file to write (self-contained, opens offline).")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
-              help="Also write a PNG (needs kaleido and Chromium).")
+              help='Also write a PNG (needs kaleido, which pip install "rooflinesim[png]" adds, '
+                   'and a Chrome or Chromium browser).')
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, weights, kv_dtype,
              attention, measured, output, png, force):
     """Draw every op of prefill and decode against the GPU's ceilings."""
-    from ..charts import roofline_figure, write_html, write_png
+    from ..charts import check_png, roofline_figure, write_html, write_png
     from ..errors import UserError
+    from ..files import output_path
     from ..models.config import load_config
     from ..models.deploy import Deployment
     from ..models.workload import predict_model
-
-    from ..files import output_path
 
     output_path(output, "HTML", force)
     if png is not None:
         output_path(png, "PNG", force)
     if context <= prompt:
         raise UserError(f"--context ({context}) must exceed --prompt ({prompt})")
+    if batch * context > MAX_SIZE:
+        raise UserError(f"--batch {batch} x --context {context} = {batch * context:.3g} tokens exceeds "
+                        f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
+    if png:
+        check_png()
     cfg = load_config(model_name)
     if weights is None:
         weights, note = cfg.weights_default()
@@ -70,10 +74,11 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     fig = roofline_figure(pairs, preds, records,
                           title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
                                 f"decode to {context} ({weights} weights)")
-    write_html(fig, output)
-    click.echo(f"wrote {output}")
-    if png:
+    if png:  # first: a PNG that cannot be written leaves no HTML behind
         write_png(fig, png)
-        click.echo(f"wrote {png}")
+    write_html(fig, output)
+    echo(f"wrote {output}")
+    if png:
+        echo(f"wrote {png}")
     for w in meas.warnings if measured else ():
         click.echo(f"warning: {w}", err=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import emit_json, json_option, table
+from .common import echo, emit_json, json_option, table
 
 
 @click.group()
@@ -42,7 +42,7 @@ def list_(as_json):
     if as_json:
         emit_json(out)
         return
-    click.echo(table(rows, headers=("name", "GPU", "bf16 dense", "fp8 dense", "HBM", "memory",
+    echo(table(rows, headers=("name", "GPU", "bf16 dense", "fp8 dense", "HBM", "memory",
                                     "aliases"), align=["<", "<", ">", ">", ">", ">", "<"]))
 
 
@@ -90,7 +90,7 @@ def show(name, spec_files, as_json):
         ("PCIe", f"Gen{i.pcie_generation}", format_rate(i.pcie_bandwidth_bytes_per_s, "B/s")
          + " per direction"),
     ]
-    click.echo(table(rows, align=["<", "<", "<"]))
+    echo(table(rows, align=["<", "<", "<"]))
     click.echo("sources:")
     for group in (s.compute, s.memory, s.chip, s.interconnect):
         click.echo(f"  {type(group).__name__.lower()}: {group.source}")

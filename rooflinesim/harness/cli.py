@@ -42,13 +42,26 @@ def _positive_int(text):
     return value
 
 
+def _count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+MAX_SECONDS = 1e7  # (about 116 days: any longer is a mistake, and timers overflow on inf)
+
+
 def _positive_float(text):
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    if not 0 < value <= MAX_SECONDS:  # (also NaN, and inf)
+        raise argparse.ArgumentTypeError(f"expected seconds > 0 and at most {MAX_SECONDS:g}, got {text}")
     return value
 
 
@@ -84,7 +97,7 @@ def _add_run_options(p):
                      help="measure in a worker process that is restarted if it dies "
                           "(default on CUDA)")
     iso.add_argument("--no-isolate", dest="isolate", action="store_false")
-    p.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS, metavar="N",
+    p.add_argument("--restarts", type=_count, default=DEFAULT_RESTARTS, metavar="N",
                    help=f"worker restarts allowed in an isolated run (default {DEFAULT_RESTARTS})")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
