@@ -146,7 +146,7 @@ def test_a_failed_png_export_leaves_no_html(tmp_path, monkeypatch):
     def fail(self, *a, **kw):
         raise RuntimeError("\nKaleido requires Google Chrome to be installed.")
 
-    monkeypatch.setattr(go.Figure, "write_image", fail)
+    monkeypatch.setattr(go.Figure, "to_image", fail)  # (what the PNG export calls)
     html, png = tmp_path / "c.html", tmp_path / "c.png"
     code, _, err = run(["roofline", "--model", "llama-3-8b", "-o", str(html), "--png", str(png)])
     assert code == 2 and _one_sentence(err)

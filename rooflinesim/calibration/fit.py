@@ -25,12 +25,11 @@ from ..attention_kernels import kernel_of
 from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
-from .folds import folds_over_shapes as _folds
-from .folds import shape_key as _shape_key
+from .folds import held_out
 from .host import fit_host
 from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
-from .validate import is_eager, reasons, stats
+from .validate import is_eager, predicted, reasons, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale)
 PARAMS = {
@@ -315,13 +314,6 @@ def _inherited(profile: Profile, source) -> dict:
     return {}
 
 
-def _predict_all(records, spec, profile) -> np.ndarray:
-    from .validate import predict_records
-
-    preds = predict_records(records, spec, profile)
-    return np.array([np.nan if p is None else p for _, p, _ in preds])
-
-
 def _fit_group(group: Group, records, spec, base: Profile) -> dict:
     from scipy.optimize import least_squares
 
@@ -342,7 +334,7 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
 
     def residual(x):
         prof = _with(base, group, values(x))
-        pred = _predict_all(records, spec, prof)
+        pred = predicted(records, spec, prof)
         r = np.log(pred / meas)
         return np.where(np.isfinite(r), r, 5.0)
 
@@ -373,21 +365,13 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     short: dict[str, int] = {}  # family -> predictable records of groups too small to fit
     for group in groups:
         recs = [r for r in meas.records if group.select(r) and not is_eager(r)]  # (eager: the host fit)
-        usable = [r for r, t in zip(recs, _predict_all(recs, spec, profile)) if np.isfinite(t)]
+        usable = [r for r, t in zip(recs, predicted(recs, spec, profile)) if np.isfinite(t)]
         if len(usable) < MIN_RECORDS:
             short[group.family] = max(short.get(group.family, 0), len(usable))
             continue
         fitted.setdefault(group.family, set()).update(map(id, usable))
-        fold = _folds(recs, min(folds, len({_shape_key(r) for r in recs})))
-        held = np.full(len(recs), np.nan)
-        for f in sorted(set(fold)):
-            train = [r for r, g in zip(recs, fold) if g != f]
-            test_idx = [i for i, g in enumerate(fold) if g == f]
-            if len(train) < 3:
-                continue
-            values = _fit_group(group, train, spec, profile)
-            pred = _predict_all([recs[i] for i in test_idx], spec, _with(profile, group, values))
-            held[test_idx] = pred
+        held = held_out(recs, folds, lambda train: _with(profile, group, _fit_group(group, train, spec, profile)),
+                        lambda test, fitted: predicted(test, spec, fitted))
         values = _fit_group(group, recs, spec, profile)
         profile = _with(profile, group, values)
         ok = np.isfinite(held)

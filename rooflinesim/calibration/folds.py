@@ -20,3 +20,18 @@ def folds_over_shapes(records, k: int, seed: int = 0):
     order = rng.permutation(len(keys))
     fold_of = {keys[i]: j % k for j, i in enumerate(order)}
     return [fold_of[shape_key(r)] for r in records]
+
+
+def held_out(records, folds: int, fit, predict) -> np.ndarray:
+    """Each record's prediction by a fit that never saw its shape: ``fit(train)`` gives
+    what ``predict(test, fitted)`` predicts with (NaN where a fold leaves fewer than 3
+    records to fit)."""
+    fold = folds_over_shapes(records, min(folds, len({shape_key(r) for r in records})))
+    held = np.full(len(records), np.nan)
+    for f in sorted(set(fold)):
+        train = [r for r, g in zip(records, fold) if g != f]
+        test = [i for i, g in enumerate(fold) if g == f]
+        if len(train) < 3:
+            continue
+        held[test] = predict([records[i] for i in test], fit(train))
+    return held

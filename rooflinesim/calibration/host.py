@@ -15,10 +15,10 @@ import numpy as np
 
 from ..eager import host_keys
 from ..errors import UserError
-from .folds import folds_over_shapes, shape_key
+from .folds import held_out
 from .profile import HostParams, Profile
 from .records import Unpredictable, to_op
-from .validate import is_eager, predict_records, stats
+from .validate import is_eager, predicted, stats
 
 HOST_BOUNDS_S = (0.0, 2e-3)  # host time of one call, or of one kernel
 
@@ -73,8 +73,7 @@ def _fit_corner(records, spec, base: Profile) -> Profile:
     meas = np.array([r["measured_s"] for r in records])
 
     def residual(x):
-        pred = np.array([np.nan if p is None else p for _, p, _ in
-                         predict_records(records, spec, _with_corner(base, float(x[0])))])
+        pred = predicted(records, spec, _with_corner(base, float(x[0])))
         r = np.log(pred / meas)
         return np.where(np.isfinite(r), r, 5.0)
 
@@ -91,8 +90,7 @@ def _fit_one(group: HostGroup, records, spec, base: Profile) -> HostParams:
         return HostParams(**{group.param: float(np.exp(x[0]))}, n=len(records))
 
     def residual(x):
-        pred = np.array([np.nan if p is None else p
-                         for _, p, _ in predict_records(records, spec, _with_host(base, group.key, params(x)))])
+        pred = predicted(records, spec, _with_host(base, group.key, params(x)))
         r = np.log(pred / meas)
         return np.where(np.isfinite(r), r, 5.0)
 
@@ -125,16 +123,9 @@ def fit_host(meas_records, spec, profile: Profile, folds: int = 5) -> tuple[Prof
         mine = [r for r in recs if group.select(r)]
         if len(mine) < 3:
             continue
-        fold = folds_over_shapes(mine, min(folds, len({shape_key(r) for r in mine})))
-        held = np.full(len(mine), np.nan)
-        for f in sorted(set(fold)):
-            train = [r for r, g in zip(mine, fold) if g != f]
-            test = [i for i, g in enumerate(fold) if g == f]
-            if len(train) < 3:
-                continue
-            prof = _with_host(profile, group.key, _fit_one(group, train, spec, profile))
-            held[test] = [np.nan if p is None else p
-                          for _, p, _ in predict_records([mine[i] for i in test], spec, prof)]
+        held = held_out(mine, folds,
+                        lambda train, g=group: _with_host(profile, g.key, _fit_one(g, train, spec, profile)),
+                        lambda test, fitted: predicted(test, spec, fitted))
         profile = _with_host(profile, group.key, _fit_one(group, mine, spec, profile))
         ok = np.isfinite(held)
         errs = held[ok] / np.array([r["measured_s"] for r in mine])[ok] - 1

@@ -92,6 +92,11 @@ def predict_records(records: list[dict], spec, profile):
     return result
 
 
+def predicted(records: list[dict], spec, profile) -> np.ndarray:
+    """The predicted seconds of each record (NaN where it cannot be predicted)."""
+    return np.array([np.nan if p is None else p for _, p, _ in predict_records(records, spec, profile)])
+
+
 def validate(meas: Measurements, spec, profile, profile_name: str, by: str | None = None) -> Report:
     """``by``: a record field (mode, backend, dtype, ...) that splits each op's statistics."""
     mine, elsewhere, notes = measured_on(meas, spec)
