@@ -48,6 +48,11 @@ held_out_with_layers() {  # held_out_with_layers SUITE LAYER_SUITE LAYER_FILE
     --time-budget 90 >>"$out/log-collectives.txt" 2>&1
 }
 
+run1() {  # run1 FILE BUDGET SUITE MODE: one single-GPU suite into $out/FILE, logged to $out/$log
+  timeout $(( $2 + 30 )) python3 -m rooflinesim.harness run --suite "$3" --mode "$4" \
+    --out "$out/$1" --time-budget "$2" >>"$out/$log" 2>&1
+}
+
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
   --format=csv >"$out/nvidia-smi.csv" 2>&1
 
@@ -155,10 +160,7 @@ eager2)
   # eager, to see its host times reproduce; a fourteenth held-out set with 80 more decoder
   # layers (new seeds), eager and in graph mode, never fitted to
   export CUDA_VISIBLE_DEVICES=0
-  run1() {  # run1 FILE BUDGET SUITE MODE
-    timeout $(( $2 + 40 )) python3 -m rooflinesim.harness run --suite "$3" --mode "$4" \
-      --out "$out/$1" --time-budget "$2" >>"$out/log-eager2.txt" 2>&1
-  }
+  log=log-eager2.txt
   run1 calib-memory2.jsonl 60 memory graph
   run1 eager-holdout13b.jsonl 90 holdout13 eager
   run1 eager-holdout14.jsonl 90 holdout14 eager
@@ -173,10 +175,7 @@ eager3)
   # grew with the blocks earlier cases left cached), and a fifteenth held-out set with
   # 80 more decoder layers (new seeds), eager, never fitted to
   export CUDA_VISIBLE_DEVICES=0
-  run1() {  # run1 FILE BUDGET SUITE MODE
-    timeout $(( $2 + 30 )) python3 -m rooflinesim.harness run --suite "$3" --mode "$4" \
-      --out "$out/$1" --time-budget "$2" >>"$out/log-eager3.txt" 2>&1
-  }
+  log=log-eager3.txt
   run1 eager2-random.jsonl 100 random eager
   run1 eager2-memory.jsonl 40 memory eager
   run1 eager2-moe.jsonl 40 moe eager
@@ -191,14 +190,11 @@ eager4)
   # launches take longer: eager-moe-profile.jsonl against eager-moe-noprofile.jsonl):
   # calibration suites again, and a sixteenth held-out set, eager, never fitted to
   export CUDA_VISIBLE_DEVICES=0
-  run1() {  # run1 FILE BUDGET SUITE
-    timeout $(( $2 + 25 )) python3 -m rooflinesim.harness run --suite "$3" --mode eager \
-      --out "$out/$1" --time-budget "$2" >>"$out/log-eager4.txt" 2>&1
-  }
-  run1 eager3-random.jsonl 80 random
-  run1 eager3-memory.jsonl 25 memory
-  run1 eager3-decoder.jsonl 40 decoder
-  run1 eager-holdout16.jsonl 65 holdout16
+  log=log-eager4.txt
+  run1 eager3-random.jsonl 80 random eager
+  run1 eager3-memory.jsonl 25 memory eager
+  run1 eager3-decoder.jsonl 40 decoder eager
+  run1 eager-holdout16.jsonl 65 holdout16 eager
   ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
