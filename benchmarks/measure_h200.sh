@@ -152,7 +152,7 @@ eager)
     --out "$out/eager-holdout13.jsonl" --time-budget 90 >>"$out/log-eager.txt" 2>&1
   timeout 70 python3 -m rooflinesim.harness run --suite layers10 --mode eager \
     --out "$out/eager-layers10.jsonl" --time-budget 40 >>"$out/log-eager.txt" 2>&1
-  cat "$out/nvidia-smi.csv" >>"$out/log-eager.txt" && rm -f "$out/nvidia-smi.csv"  # (8 files come back)
+  cat "$out/nvidia-smi.csv" >>"$out/log-eager.txt" && rm -f "$out/nvidia-smi.csv"  # (one log file)
   ;;
 eager2)
   # one GPU, after the harness's two fixes (copies as kernels, an empty allocator before
