@@ -49,10 +49,26 @@ def _kernels(op):
     return np.asarray(op.work().kernels, dtype=float)
 
 
+def launches(op, spec, profile):
+    """Kernels one call of ``op`` launches: the count its rule prices where one set of
+    terms prices it (a split's combine or reduction kernel included), else its work's."""
+    from .rules import terms_for
+
+    try:
+        terms = terms_for(op, spec, profile)
+    except Exception:  # (an op the rules price by regime: the work's count)
+        terms = None
+    if terms is not None and terms.kernels is not None:
+        return np.asarray(terms.kernels, dtype=float) * np.ones(np.shape(_kernels(op)))
+    return _kernels(op)
+
+
 def host_s(op, spec, profile):
     """Host seconds to issue one call of ``op`` (its own; a sequence's parts apart)."""
     p = profile.host_params(*host_keys(op, spec))
-    return p.call_s + p.kernel_s * _kernels(op)
+    if not p.kernel_s:
+        return p.call_s + 0.0 * _kernels(op)
+    return p.call_s + p.kernel_s * launches(op, spec, profile)
 
 
 def eager_timing(op, spec, profile, graph: Timing) -> Timing:
