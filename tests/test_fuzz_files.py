@@ -402,3 +402,12 @@ def test_validate_plot_overwrites_only_with_force(work, measured):
     assert code == 2 and "--force" in stderr and plot.read_text() == "keep me"
     code, _, stderr = run_cli(args + ["--force"])
     assert code == 0 and "<html>" in plot.read_text()
+
+
+def test_a_measurement_file_with_nothing_to_overlay_is_refused(work):
+    empty = work / "empty.jsonl"
+    empty.write_text("\n")
+    code, _, err = run_cli(["roofline", "--model", "llama-3-8b", "--gpu", "h200", "--measured", str(empty),
+                            "-o", str(work / "chart.html")])
+    assert code == 2 and "no successful measurement" in err and len(err.strip().splitlines()) == 1
+    assert not (work / "chart.html").exists()

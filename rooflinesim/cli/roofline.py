@@ -71,6 +71,8 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
 
         meas = load(measured)
         records = meas.records
+        if not records:
+            raise UserError(f"--measured {', '.join(measured)}: no successful measurement to overlay")
     fig = roofline_figure(pairs, preds, records,
                           title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
                                 f"decode to {context} ({weights} weights)")
