@@ -122,6 +122,8 @@ def test_ampere_lends_sm80_kernels_more_of_its_peak():
     ["predict", "attention", "--gpu", "a100", "--variant", "fa3", "--seq", "1024"],
     ["predict", "attention", "--gpu", "l4", "--backend", "sdpa-cudnn", "--seq", "1024"],
     ["predict", "model", "--model", "llama-3.1-8b", "--gpu", "mi300x", "--attention", "fa3"],
+    ["fit", "--model", "llama-3.1-8b", "--gpu", "a100", "--attention", "fa3"],
+    ["roofline", "--model", "llama-3.1-8b", "--gpu", "l40s", "--attention", "fa3", "-o", "never-written.html"],
 ])
 def test_a_class_the_gpu_lacks_is_one_sentence(args):
     code, out, err = run_cli(args)
@@ -138,3 +140,5 @@ def test_outputs_name_the_kernel():
     assert (kernel["class"], kernel["backend"]) == ("fa2", "sdpa-flash")
     code, out, err = run_cli(["predict", "attention", "--gpu", "h200", "--decode", "--seq", "4096"])
     assert out.startswith("fa3 attention (cuDNN")
+    code, out, err = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "l4", "--context", "4096", "--json"])
+    assert json.loads(out)["attention_kernel"]["class"] == "fa2"

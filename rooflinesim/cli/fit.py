@@ -64,11 +64,14 @@ def _override(ctx, param, values):
               help="YAML of named overheads (keys of rooflinesim/data/memory_overheads.yaml).")
 @click.option("--set", "overrides", multiple=True, callback=_override, metavar="KEY=VALUE",
               help="Override one named overhead, e.g. --set cuda_graphs=0 (repeatable).")
+@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
+              help="Attention kernel class, checked against the GPU as predict model does (memory "
+                   "does not depend on it; default: the GPU's own).")
 @json_option
 def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_size,
         gpu_memory_utilization, group_size, int4_format, fp8_scales, keep_16bit, engine,
         device_memory, max_num_batched_tokens, max_num_seqs, prefill_chunk, overheads_file,
-        overrides, as_json):
+        overrides, attention, as_json):
     """Will MODEL fit on GPUs: memory per GPU, the verdict and the limits around it.
 
     Exit code 0: it fits; 1: it does not; 2: bad input."""
@@ -99,10 +102,14 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
                     engine=engine, overheads=overheads, device_memory_bytes=total,
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                     prefill_chunk_tokens=prefill_chunk, spec_files=spec_files)
+    from ..attention_kernels import resolve
+
+    kernel = resolve(attention, None, plan.setup.spec)  # (a class the GPU lacks: one sentence)
     for w in plan.warnings:
         click.echo(f"warning: {w}", err=True)
     if as_json:
-        emit_json(plan.as_dict())
+        emit_json({**plan.as_dict(), "attention_kernel": {"class": kernel.variant, "backend": kernel.backend,
+                                                          "label": kernel.label}})
     else:
         echo(render(plan))
     if not plan.fits:
