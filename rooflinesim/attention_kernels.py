@@ -26,11 +26,6 @@ def _table() -> dict:
     return json.loads((Path(__file__).parent / "data" / "attention_kernels.json").read_text())
 
 
-def backends() -> tuple:
-    """Every backend name the data knows."""
-    return tuple(_table()["backends"])
-
-
 @dataclass(frozen=True)
 class AttentionKernel:
     """The kernel an attention op runs on one GPU."""

@@ -54,10 +54,7 @@ def launches(op, spec, profile):
     terms prices it (a split's combine or reduction kernel included), else its work's."""
     from .rules import terms_for
 
-    try:
-        terms = terms_for(op, spec, profile)
-    except Exception:  # (an op the rules price by regime: the work's count)
-        terms = None
+    terms = terms_for(op, spec, profile)  # (None for an op its rule prices by regime)
     if terms is not None and terms.kernels is not None:
         return np.asarray(terms.kernels, dtype=float) * np.ones(np.shape(_kernels(op)))
     return _kernels(op)
@@ -67,7 +64,7 @@ def host_s(op, spec, profile):
     """Host seconds to issue one call of ``op`` (its own; a sequence's parts apart)."""
     p = profile.host_params(*host_keys(op, spec))
     if not p.kernel_s:
-        return p.call_s + 0.0 * _kernels(op)
+        return p.call_s
     return p.call_s + p.kernel_s * launches(op, spec, profile)
 
 
