@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -196,6 +196,23 @@ eager4)
   run1 eager3-decoder.jsonl 40 decoder eager
   run1 eager-holdout16.jsonl 65 holdout16 eager
   ;;
+eager5)
+  # one GPU, no profiler pass: eager calibration cases for fp32/TF32 GEMMs (focus4) and
+  # MoE layers of random shapes, small ones included; the sixteenth held-out set twice
+  # more, in a fresh process and in one pinned to a single core (how far host times
+  # move from process to process); a seventeenth held-out set, eager, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-eager5.txt
+  run1 eager-focus4.jsonl 100 focus4 eager
+  run1 eager-moe-random.jsonl 45 moe-random eager
+  run1 eager-holdout16b.jsonl 50 holdout16 eager
+  pin=""; command -v taskset >/dev/null && pin="taskset -c 2"
+  echo "pinned run: ${pin:-taskset missing, not pinned}" >>"$out/$log"
+  timeout 80 $pin python3 -m rooflinesim.harness run --suite holdout16 --mode eager \
+    --out "$out/eager-holdout16-pinned.jsonl" --time-budget 50 >>"$out/$log" 2>&1
+  run1 eager-holdout17.jsonl 90 holdout17 eager
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -226,6 +243,8 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  eager5) keep_only eager-focus4.jsonl eager-moe-random.jsonl eager-holdout16b.jsonl eager-holdout16-pinned.jsonl \
+    eager-holdout17.jsonl ;;
 esac
 tail -n 3 "$out"/log-*.txt
 wc -l "$out"/*.jsonl

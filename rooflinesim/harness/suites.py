@@ -384,20 +384,37 @@ def _random_layers(rng, count):
     return cases
 
 
+def _random_moe(rng, count, hiddens, ffns, experts, max_tokens):
+    """MoE layers of random widths, expert counts, top-k, token counts and routing."""
+    cases = []
+    while len(cases) < count:
+        hd, f, e = rng.choice(hiddens), rng.choice(ffns), rng.choice(experts)
+        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        t = _log_uniform(rng, 1, max_tokens)
+        if 2 * e * 3 * f * hd <= 24 * GIB:
+            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    return cases
+
+
+MOE_RANDOM_HIDDEN = (1024, 1536, 2048, 3072, 4096, 5120, 7168)
+MOE_RANDOM_FFN = (256, 384, 512, 768, 1024, 1408, 1536, 2048, 4096, 14336)
+MOE_RANDOM_EXPERTS = (8, 16, 32, 60, 64, 128, 256)
+
+
+def moe_random_suite(seed=8117):
+    """Calibration MoE layers of random shapes (small ones included, where eager launches
+    are paced by the host's few dozen PyTorch ops); its seed is used by no other suite."""
+    return _random_moe(random.Random(seed), 80, MOE_RANDOM_HIDDEN, MOE_RANDOM_FFN, MOE_RANDOM_EXPERTS, 16384)
+
+
 def holdout_suite(seed=31337, gemm_dtypes=GEMM_DTYPE_MIX):
     """Random shapes of every op from seeds the calibration suites never use: the
     measurements a fitted profile is validated on, never fitted to."""
     rng = random.Random(seed)
     cases = gemm_random_cases(count=120, seed=seed + 1, dtypes=gemm_dtypes)
     cases += attention_random_cases(count=90, seed=seed + 2)
-    while sum(c["op"] == "moe" for c in cases) < 24:
-        hd = rng.choice((1024, 2048, 2560, 3072, 4096, 5120, 6144))
-        f = rng.choice((256, 512, 768, 1024, 1408, 2048, 4096, 8192))
-        e = rng.choice((8, 16, 32, 60, 64, 128))
-        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
-        t = _log_uniform(rng, 1, 8192)
-        if 2 * e * 3 * f * hd <= 24 * GIB:
-            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    cases += _random_moe(rng, 24, (1024, 2048, 2560, 3072, 4096, 5120, 6144),
+                         (256, 512, 768, 1024, 1408, 2048, 4096, 8192), (8, 16, 32, 60, 64, 128), 8192)
     cases += [copy(_log_uniform(rng, 2 * KIB, 2 * GIB)) for _ in range(20)]
     cases += [rmsnorm(_log_uniform(rng, 1, 32768), rng.choice((1536, 2560, 3584, 4096, 5120, 6144, 12288)))
               for _ in range(20)]
@@ -414,14 +431,7 @@ def random_suite(seed=4242):
     rng = random.Random(seed)
     cases = gemm_random_cases(count=300, seed=seed + 1)
     cases += attention_random_cases(count=240, seed=seed + 2, head_dims=(64, 96, 128, 128, 192, 256))
-    while sum(c["op"] == "moe" for c in cases) < 40:
-        hd = rng.choice((1024, 1536, 2048, 3072, 4096, 5120, 7168))
-        f = rng.choice((256, 384, 512, 768, 1024, 1408, 1536, 2048, 4096, 14336))
-        e = rng.choice((8, 16, 32, 60, 64, 128, 256))
-        k = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
-        t = _log_uniform(rng, 1, 16384)
-        if 2 * e * 3 * f * hd <= 24 * GIB:
-            cases.append(moe(t, hd, f, e, k, rng.choice(("random", "random", "balanced"))))
+    cases += _random_moe(rng, 40, MOE_RANDOM_HIDDEN, MOE_RANDOM_FFN, MOE_RANDOM_EXPERTS, 16384)
     cases += [copy(_log_uniform(rng, KIB, 4 * GIB)) for _ in range(40)]
     cases += [rmsnorm(_log_uniform(rng, 1, 65536), rng.choice(
         (768, 1024, 1536, 2048, 2560, 2880, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384)))
@@ -672,6 +682,8 @@ _SUITES = {
     "holdout15": lambda: holdout_suite(seed=33461, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "layers12": lambda: _random_layers(random.Random(8462), 80),
     "holdout16": lambda: holdout_suite(seed=24917, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "moe-random": moe_random_suite,
+    "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
