@@ -30,7 +30,7 @@ def vectorized_gemm(n: int, profile: str | None, repeats: int = 5, aligned: bool
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
     from rooflinesim.ops import Gemm
-    from rooflinesim.timing import predict
+    from rooflinesim.predict import predict
 
     spec = load_spec("h200")
     prof = resolve_profile(spec, profile)

@@ -17,7 +17,7 @@ import yaml
 from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Collective, Copy, Gemm
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 DATA = Path(__file__).parent / "data" / "published.yaml"
 

@@ -5,6 +5,11 @@ class UserError(ValueError):
     """Bad input from a user: a CLI argument, a spec file, a measurement file, a config."""
 
 
+class Unpredictable(Exception):
+    """A measurement record the models cannot predict (validation and the fit skip it, and
+    count why); the message says why."""
+
+
 class UnknownName(UserError):
     """A name (GPU, dtype, op, model) that is not registered."""
 

@@ -16,51 +16,12 @@ import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
-from .dtypes import dtype as _dtype
-from .dtypes import names as _dtype_names
+from .calibration.lending import transfer, transferred_kernels
 from .errors import UserError
+from .gpu import SpecMethods
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
 _VERSION = 6
-
-
-class SpecMethods:
-    """What every GPU spec object answers, validated model or cached view alike."""
-
-    def supports(self, dtype_name: str) -> bool:
-        """Whether the spec has a peak rate for matrix math in this dtype."""
-        return _dtype(dtype_name).rate in self.compute.peak_flops_per_s
-
-    def supported_dtypes(self) -> list[str]:
-        return [n for n in _dtype_names() if self.supports(n)]
-
-    def peak(self, dtype_name: str) -> float:
-        """Dense peak FLOP/s (OP/s for integers) of matrix math in ``dtype_name``."""
-        d = _dtype(dtype_name)
-        try:
-            return self.compute.peak_flops_per_s[d.rate]
-        except KeyError:
-            raise UserError(
-                f"{self.name} has no {d.name} tensor-core rate; "
-                f"it supports: {', '.join(self.supported_dtypes())}"
-            ) from None
-
-    def ridge_point(self, dtype_name: str, level: str = "hbm") -> float:
-        """Arithmetic intensity (FLOP/byte) where the roofline turns: peak / bandwidth."""
-        if level == "hbm":
-            bandwidth = self.memory.hbm_bandwidth_bytes_per_s
-        elif level == "l2":
-            bandwidth = self.memory.l2_bandwidth_bytes_per_s
-            if bandwidth is None:
-                raise UserError(f"{self.name} has no l2_bandwidth in its spec")
-        else:
-            raise UserError(f"unknown memory level '{level}'; known: hbm, l2")
-        return self.peak(dtype_name) / bandwidth
-
-    @property
-    def l2_effective_bytes(self) -> float:
-        """L2 size a kernel can use: the device-query size when known, else the datasheet's."""
-        return self.memory.l2_visible_bytes or self.memory.l2_bytes
 
 
 class SpecView(SpecMethods):
@@ -84,6 +45,7 @@ class ProfileView:
         self._kd, self._cd = kernel_defaults, collective_defaults
         self._hd, self._hideal = host_defaults  # (HostParams' defaults, and the unfitted host side)
         self._seen: dict = {}
+        self._done = True
 
     def params(self, family: str, *keys: str):
         table = self._kernels.get(family, {})
@@ -112,20 +74,31 @@ class ProfileView:
 
     def _view(self, key, values, defaults):
         if key not in self._seen:
-            self._seen[key] = SimpleNamespace(**{**defaults, **values})
+            self._seen[key] = _Frozen(**{**defaults, **values})
         return self._seen[key]
 
+    def key(self) -> tuple:
+        """As ``Profile.key``: a view's tables never change (its parameters are frozen)."""
+        return (id(self),)
 
-def transfer(profiles: dict, spec_name: str, vendor: str):
-    """The one rule for GPUs nobody measured: the first measured GPU (by name) of the same
-    vendor lends its fitted profile. ``profiles`` maps GPU name -> provenance; returns
-    (donor name, the fields that make the donor's profile the target's), or None."""
-    for gpu in sorted(profiles):
-        prov = profiles[gpu] or {}
-        if prov.get("vendor", "nvidia") == vendor:
-            return gpu, {"gpu": spec_name, "kind": "transferred",
-                         "provenance": {**prov, "transferred_from": gpu}}
-    return None
+    def parts(self) -> tuple:
+        return (self,)
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_done", False):
+            raise AttributeError("a profile is frozen; build another one to change it")
+        super().__setattr__(name, value)
+
+
+class _Frozen(SimpleNamespace):
+    """A parameter view whose values cannot change (as the validated, frozen parameters)."""
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        object.__setattr__(self, "_done", True)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("profile parameters are frozen; build another profile to change one")
 
 
 def _cache_dir() -> Path:
@@ -269,23 +242,6 @@ def profile(spec_view, name: str | None):
     donor_arch = reg["specs"].get(found[0], {}).get("architecture", "")
     return make({**donor, **found[1], "kernels": transferred_kernels(donor["kernels"], donor_arch,
                                                                      spec_view.architecture)})
-
-
-def transferred_kernels(kernels: dict, donor_architecture: str, target_architecture: str) -> dict:
-    """A donor profile's kernel parameters (as plain data) on another architecture: the
-    attention kernels built for sm80 reach more of an Ampere or Ada GPU's peak than of
-    Hopper's (attention_kernels.sm80_scale)."""
-    from .attention_kernels import sm80_scale
-
-    scale, cap = sm80_scale(donor_architecture, target_architecture)
-    if not scale:
-        return kernels
-    attention = dict(kernels.get("attention", {}))
-    for key, factor in scale.items():
-        if key in attention:
-            p = attention[key]
-            attention[key] = {**p, "compute_efficiency": min(cap, p.get("compute_efficiency", 1.0) * factor)}
-    return {**kernels, "attention": attention}
 
 
 def model(name: str):

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from .fastpath import SpecMethods
+from .gpu import SpecMethods
 from .errors import UnknownName, UserError, did_you_mean
 from .files import field_path, shorten
 from .units import parse_quantity

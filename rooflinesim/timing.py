@@ -1,6 +1,6 @@
 """Timings: what pricing a kernel answers (``Timing``), the pieces of the roofline every
-pricing shares (the corner, the bound, the intensity, the smooth size step), and
-``predict``, which hands an op to its rule. The roofline itself is in :mod:`.pricing`.
+pricing shares (the corner, the bound, the intensity, the smooth size step). The roofline
+itself is in :mod:`.pricing`; :func:`rooflinesim.predict.predict` hands an op to its rule.
 """
 
 from __future__ import annotations
@@ -159,31 +159,6 @@ def logistic(x):
     """The smooth 0-to-1 step 1 / (1 + e^-x) of the model's size thresholds (clipped so
     that far-off points neither overflow nor underflow)."""
     return 1.0 / (1.0 + np.exp(-np.minimum(np.maximum(x, -50.0), 50.0)))  # (np.clip is slower)
-
-
-def predict(op, spec, profile=None, eager: bool = False) -> Timing:
-    """Latency of ``op`` on ``spec`` under ``profile`` (the ideal roofline when None),
-    replayed in a CUDA graph, or with ``eager`` launched from Python one call at a time
-    (the host side in :mod:`.eager`)."""
-    if profile is None:
-        from .calibration.profile import IDEAL
-
-        profile = IDEAL
-    t = _rules().rule_for(op)(op, spec, profile)
-    if eager:
-        from .eager import eager_timing
-
-        t = eager_timing(op, spec, profile, t)
-    return t
-
-
-@lru_cache(maxsize=None)
-def _rules():
-    """The rules module, imported on first use (it imports this one); a model's prediction
-    calls ``predict`` a dozen times, and an import statement costs more than this call."""
-    from . import rules
-
-    return rules
 
 
 def sum_timings(parts: list[tuple[str, Timing]], spec) -> Timing:

@@ -9,7 +9,7 @@ from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec, spec_names
 from rooflinesim.ops.attention import Attention
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 from helpers import run_cli
 

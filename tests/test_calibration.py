@@ -14,7 +14,7 @@ from rooflinesim.calibration.validate import validate
 from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec, load_spec_file
 from rooflinesim.ops import Gemm
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SPEC = ROOT / "tests" / "data" / "cpu-2core.yaml"

@@ -12,7 +12,7 @@ from rooflinesim.calibration.validate import is_eager, predict_records
 from rooflinesim.hardware import load_spec
 from rooflinesim.models.layer import decoder_layer
 from rooflinesim.ops import Copy, Gemm
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 from helpers import run_cli
 

@@ -7,7 +7,7 @@ from rooflinesim import fastpath
 from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Collective, Gemm, MoE
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from rooflinesim.calibration.profile import IDEAL, KernelParams, Profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Collective, Gemm
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 H100 = load_spec("h100")
 dims = st.integers(min_value=1, max_value=1 << 15)

@@ -11,7 +11,7 @@ from rooflinesim.ops import Attention, Copy, Gemm
 from rooflinesim.ops.memory import Norm
 from rooflinesim.ops.sequence import Sequence
 from rooflinesim.rules import fa2_splits, gemm_alignment, in_sequence
-from rooflinesim.timing import predict
+from rooflinesim.predict import predict
 
 H200 = load_spec("h200")
 PROFILE = resolve_profile(H200, None)

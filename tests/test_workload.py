@@ -267,7 +267,7 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
     # gives and the very latency it gets when priced alone
     from rooflinesim.models.kernels import phase_kernels
     from rooflinesim.rules import in_sequence
-    from rooflinesim.timing import predict
+    from rooflinesim.predict import predict
 
     m, d = load_config(model), Deployment(**deploy)
     r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=300, chunk=chunk)

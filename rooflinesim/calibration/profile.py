@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
 
-_STRICT = ConfigDict(extra="forbid")
+# frozen: a prediction may keep what it derived from a profile's parameters (a plan's recorded
+# pricing), so a parameter never changes in place; a changed profile is a new one
+# (``model_copy(update=...)``), and ``Profile.key`` tells the two apart
+_STRICT = ConfigDict(extra="forbid", frozen=True)
 
 # The sections a fit fills: the kernel families of ``kernels`` and the collectives. A
 # fitted profile's provenance says how many records fitted each (records_per_family) and
@@ -177,6 +180,19 @@ class Profile(BaseModel):
     host: dict[str, HostParams] = Field(default_factory=dict)  # op key -> eager host side
     validation: dict = Field(default_factory=dict)
 
+    def key(self) -> tuple:
+        """What a cache of predictions under this profile is kept by: the identity of the
+        profile and of every parameter object in its tables, with the tables' keys (the
+        objects are frozen, so their values never change; an entry replaced is another
+        object). Whoever keeps a key keeps ``parts`` too, so that the identities stay theirs."""
+        return (id(self), *((f, k, id(p)) for f, t in self.kernels.items() for k, p in t.items()),
+                *((k, id(p)) for k, p in self.collectives.items()), *((k, id(p)) for k, p in self.host.items()))
+
+    def parts(self) -> tuple:
+        """The profile and every parameter object in its tables."""
+        return (self, *(p for t in self.kernels.values() for p in t.values()), *self.collectives.values(),
+                *self.host.values())
+
     def host_params(self, *keys: str) -> HostParams:
         """The host side of the first key present, then 'default', else the published
         per-launch figure."""
@@ -266,6 +282,26 @@ def resolve_profile(spec, profile: str | None = None) -> Profile:
     own = bundled_profile(spec.name)
     if own is not None:
         return own
-    from .transfer import transferred_profile
-
     return transferred_profile(spec)
+
+
+def transferred_profile(spec) -> Profile:
+    """The profile of a GPU nobody measured: the fitted fractions of a measured GPU of the same
+    vendor (the fractions of peak and bandwidth, the fixed kernel floors), applied through the
+    target's own spec (calibration.lending)."""
+    from .lending import transfer, transferred_kernels
+
+    profiles = {name: bundled_profile(name) for name in bundled_profiles()}
+    found = transfer({n: p.provenance for n, p in profiles.items() if p is not None},
+                     spec.name, spec.vendor)
+    if found is None:
+        return IDEAL
+    donor, update = found
+    from ..hardware import load_spec
+
+    base = profiles[donor]
+    plain = {f: {k: p.model_dump() for k, p in table.items()} for f, table in base.kernels.items()}
+    moved = transferred_kernels(plain, load_spec(donor).architecture, spec.architecture)
+    kernels = {f: {k: (base.kernels[f][k] if moved[f][k] == plain[f][k] else KernelParams(**moved[f][k]))
+                   for k in table} for f, table in moved.items()}
+    return base.model_copy(update={**update, "kernels": kernels})

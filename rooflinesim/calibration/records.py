@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import Unpredictable, UserError
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 
@@ -162,10 +162,6 @@ def measured_on(meas: Measurements, spec) -> tuple[list[dict], list[dict], list[
         others.append({"source": rec.get("_source"), "op": rec["op"],
                        "reason": why if found is None and why else f"measured on {what}, not {spec.name}"})
     return mine, others, notes
-
-
-class Unpredictable(Exception):
-    """A record the models cannot predict; the message says why."""
 
 
 def _need(rec, *names):

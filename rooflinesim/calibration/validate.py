@@ -66,7 +66,7 @@ def predict_records(records: list[dict], spec, profile):
     Records of one kind are predicted in one vectorized call; a group that fails is
     retried record by record so that each bad record gets its own reason. Where each
     record was measured is not checked here (``records.measured_on`` does that)."""
-    from ..timing import predict
+    from ..predict import predict
 
     result: list = [None] * len(records)
     groups: dict[tuple, list[int]] = {}

@@ -18,7 +18,7 @@ def _report(op, gpu, spec_files, profile, as_json, title, eager=False, facts=Non
     """Print ``op``'s predicted timing, replayed in a CUDA graph or with ``eager`` launched
     from Python; ``facts``: (JSON key, label, value, text) of what else set the time,
     listed before it."""
-    from ..timing import predict as predict_op
+    from ..predict import predict as predict_op
     from ..units import format_bytes, format_rate, format_seconds
 
     spec = load_gpu(gpu, spec_files, fast=True)

@@ -15,6 +15,7 @@ import sys
 import time
 
 from . import records
+from .progress import Progress
 from .supervisor import die_with_parent
 from .timing import CudaTimer, chained_line, one_line, rotation_sets
 
@@ -78,7 +79,6 @@ def _rank_main(rank, world_size, port, items, ctx):
     import torch
     import torch.distributed as dist
 
-    from .runner import Progress
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention_kernels import from_record
-from ..errors import UserError
+from ..errors import Unpredictable, UserError
 from ..ops.attention import Attention
 from ..ops.gemm import Gemm
 from ..ops.memory import Copy, Elementwise, Norm
@@ -62,8 +62,6 @@ def decoder_layer(mode: str, batch: int, seq: int, hidden: int, heads: int, kv_h
 
 
 def decoder_layer_from_record(rec: dict) -> Sequence:
-    from ..calibration.records import Unpredictable
-
     need = ("mode", "batch", "seq", "hidden", "heads", "kv_heads", "head_dim", "ffn")
     missing = [k for k in need if k not in rec]
     if missing:

@@ -24,7 +24,8 @@ import numpy as np
 from ..ops.collectives import Collective
 from ..pricing import PricedCollectives, price_terms
 from ..rules import PER_POINT, in_sequence, terms_for
-from ..timing import Timing, predict, with_fields
+from ..predict import predict
+from ..timing import Timing, with_fields
 from ..trace import Tape, Var, asarray, record
 from .deploy import Deployment, shard
 from .kernels import Kernel, Phase, _all_args, phase_kernels

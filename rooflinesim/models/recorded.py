@@ -32,7 +32,7 @@ RECORDED_POINTS = 2048  # points of all phases above which a pricing is priced a
 VARIANTS = 4  # recordings of one key (each holds where its guards do); past them, no more are made
 KEPT = 256  # keys kept, over all plans, the least recently used let go (one recording: about 0.2 MB)
 
-_KEYS: OrderedDict = OrderedDict()  # (plan id, points per phase, spec id, profile id) -> _Recording
+_KEYS: OrderedDict = OrderedDict()  # _key(plan, points per phase, spec, profile) -> _Recording
 
 
 def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[_Priced]]:
@@ -40,11 +40,11 @@ def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[
     its priced kernels; replayed from a recording where one holds."""
     ns = tuple(ph.n for ph in phases)
     inputs = _inputs(phases)
-    key = (id(plan), ns, id(spec), id(profile))
+    key = _key(plan, ns, spec, profile)
     found = _KEYS.get(key)
     if found is None:  # (a first prediction of this shape: priced as written)
         if sum(ns) <= RECORDED_POINTS:
-            _KEYS[key] = _Recording(plan, spec, profile)
+            _KEYS[key] = _Recording(plan, spec, profile.parts())
             if len(_KEYS) > KEPT:
                 _KEYS.popitem(last=False)
         return as_written(plan, inputs, ns, spec, profile)
@@ -74,7 +74,14 @@ def priced(plan: _Plan, phases: list[Phase], spec, profile) -> tuple[list, list[
 
 def recording(plan: _Plan, ns: tuple, spec, profile) -> "_Recording | None":
     """What is kept for ``plan`` at ``ns`` points per phase, if anything."""
-    return _KEYS.get((id(plan), ns, id(spec), id(profile)))
+    return _KEYS.get(_key(plan, ns, spec, profile))
+
+
+def _key(plan: _Plan, ns: tuple, spec, profile) -> tuple:
+    """What a recording is kept by: the plan, the points per phase, and the values it was
+    recorded with: the spec (frozen, but for its table of peak rates) and every parameter
+    object of the profile (frozen; ``Profile.key``)."""
+    return (id(plan), ns, id(spec), tuple(spec.compute.peak_flops_per_s.items()), profile.key())
 
 
 def forget(plan: _Plan | None = None) -> None:
@@ -107,9 +114,9 @@ def _record(plan: _Plan, inputs: list, ns: tuple, spec, profile):
 class _Recording:
     """The recordings of a plan's pricing at some points per phase (see ``priced``)."""
 
-    plan: _Plan  # (kept, so that the ids in the key stay theirs)
+    plan: _Plan  # (kept, with the spec and the profile's parts, so that the ids in the key stay theirs)
     spec: object
-    profile: object
+    parts: tuple
     replays: list = field(default_factory=list)  # (function, the kernels whose masks lead each phase's outputs)
     misses: int = 0  # predictions that no recording's guards held for
     given_up: bool = False  # no more recordings: a prediction no replay holds for is priced as written
