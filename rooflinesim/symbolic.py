@@ -59,11 +59,6 @@ def where(cond, a, b):
     return np.where(cond, a, b)
 
 
-def smooth_max(a, b, p):
-    """The p-norm of (a, b): max(a, b) as p grows; a smooth roofline corner for finite p."""
-    return (a**p + b**p) ** (1 / p)
-
-
 def numeric_only(name: str, func, *args):
     """``func(*args)`` for a quantity with no closed form: computed on numbers and arrays
     (one call on a tape, :func:`rooflinesim.trace.record`), and for sympy arguments the

@@ -433,11 +433,6 @@ def _room_tokens(s: Setup) -> int:
     return min(st.kv_tokens for st in budget(s, 1, 1))
 
 
-def gib(x: float) -> float:
-    """Bytes in GiB (for tests and reports)."""
-    return x / 2**30
-
-
 def tokens_from_kv_memory(kv_memory_bytes: float, per_token_bytes: float, block_size: int) -> int:
     """Tokens an engine reports for ``kv_memory_bytes`` of KV cache: whole blocks."""
     blocks = math.floor(kv_memory_bytes / (per_token_bytes * block_size))

@@ -22,8 +22,8 @@ from .kernels import Kernel, Phase, phase_kernels
 from .plan import _Priced, _plan, _row_sums, _slice_timing
 from .recorded import priced as plan_priced
 
-__all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "phase_kernels",
-           "predict_model", "sweep"]
+__all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "RequestTimes", "phase_kernels",
+           "predict_model", "predict_requests", "sweep"]
 
 
 # ------------------------------------------------------------------------ results
@@ -336,3 +336,64 @@ def sweep(model, spec, profile=None, deploy: Deployment | None = None, *, batch,
     seq_q = context if phase == "prefill" else 1
     ph = Phase(phase, batch=b, seq_q=seq_q, seq_kv=context, sequences=batch, microbatches=m, n=n)
     return _run(model, spec, profile, d, [ph])[0]
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """Per request of ``predict_requests``, as arrays: time to first token, time per output
+    token and end-to-end latency, each as ``predict_model`` gives it for that request alone."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {"ttft_s": self.ttft_s.tolist(), "tpot_s": self.tpot_s.tolist(), "e2e_s": self.e2e_s.tolist()}
+
+
+def _whole(what: str, x) -> np.ndarray:
+    """``x`` as an array of whole numbers of at least 1 (one sentence if not)."""
+    a = np.asarray(x)
+    if a.dtype == bool or a.dtype.kind not in "iuf" or a.size == 0 or not np.all(np.isfinite(a)) \
+            or np.any(a < 1) or np.any(a != np.round(a)):
+        raise UserError(f"{what} must be whole numbers of at least 1 at every request")
+    return a
+
+
+def _runs(counts: np.ndarray) -> np.ndarray:
+    """0 .. count - 1 for each count, laid end to end."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) - np.repeat(starts, counts)
+
+
+def predict_requests(model, spec, profile=None, deploy: Deployment | None = None, *, batch, prompt, gen,
+                     chunk: int | None = None, decode_points: int = 4) -> RequestTimes:
+    """``predict_model`` for many requests at once: ``batch``, ``prompt`` and ``gen`` are
+    arrays (broadcast together), one request batch per element; every element's times are
+    those ``predict_model`` gives it alone (its prefill chunks and decode points laid end to
+    end in two phases, priced in one pass)."""
+    model, spec = _resolve(model, spec)
+    d = deploy or Deployment()
+    resolve_attention(d.attention, None, spec)
+    batch, prompt, gen = (np.ravel(_whole(w, x)).astype(float) for w, x in zip(
+        ("the batch", "the prompt", "gen"), np.broadcast_arrays(np.asarray(batch), np.asarray(prompt), np.asarray(gen))))
+    decode_points = _count("the number of decode points", decode_points)
+    m = np.minimum(d.microbatches or d.pp, batch)
+    b = np.ceil(batch / m)
+    # prefill: each request's chunks (one chunk of the whole prompt without chunking)
+    size = prompt if chunk is None else np.full(prompt.shape, float(_count("the chunk", chunk)))
+    chunks = np.ceil(prompt / size).astype(int)
+    i, j = np.repeat(np.arange(prompt.size), chunks), _runs(chunks)
+    ends = np.minimum((j + 1) * size[i], prompt[i])
+    pre = Phase("prefill", batch=b[i], seq_q=ends - j * size[i], seq_kv=ends, sequences=batch[i], microbatches=m[i],
+                logits=(ends == prompt[i]).astype(float), combine="sum", n=ends.size)
+    # decode: each request's contexts at the midpoints of equal segments of its decode
+    steps = np.maximum(gen - 1, 1)
+    points = np.minimum(decode_points, steps).astype(int)
+    k, q = np.repeat(np.arange(gen.size), points), _runs(points)
+    ctx = prompt[k] + np.rint(1 + (steps[k] - 1) * (q + 0.5) / points[k])
+    dec = Phase("decode", batch=b[k], seq_q=1, seq_kv=ctx, sequences=batch[k], microbatches=m[k], n=ctx.size)
+    pf, dc = _run(model, spec, profile, d, [pre, dec])
+    ttft = np.add.reduceat(pf.step_s, np.cumsum(chunks) - chunks)
+    tpot = np.add.reduceat(dc.step_s, np.cumsum(points) - points) / points
+    return RequestTimes(ttft, tpot, ttft + (gen - 1) * tpot)
