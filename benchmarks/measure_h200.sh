@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -213,6 +213,24 @@ eager5)
   run1 eager-holdout17.jsonl 90 holdout17 eager
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+eager6)
+  # one GPU, no profiler pass: why host-paced eager launches of one case differ from
+  # process to process (eager-holdout16, -16b, -16-pinned): the sixteenth held-out set once
+  # more with the SM clock read around each case's timed launches (and sampled by
+  # nvidia-smi throughout), then twice with a 30 ms busy burst before them
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-eager6.txt
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw --format=csv,noheader \
+    -lms 100 >"$out/log-clocks.txt" 2>&1 &
+  sampler=$!
+  run1 eager-holdout16c.jsonl 50 holdout16 eager
+  timeout 80 python3 -m rooflinesim.harness run --suite holdout16 --mode eager --warm-gpu-ms 30 \
+    --out "$out/eager-holdout16-warm.jsonl" --time-budget 50 >>"$out/$log" 2>&1
+  timeout 80 python3 -m rooflinesim.harness run --suite holdout16 --mode eager --warm-gpu-ms 30 \
+    --out "$out/eager-holdout16-warm2.jsonl" --time-budget 50 >>"$out/$log" 2>&1
+  kill $sampler 2>/dev/null
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -243,6 +261,7 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  eager6) keep_only eager-holdout16c.jsonl eager-holdout16-warm.jsonl eager-holdout16-warm2.jsonl ;;
   eager5) keep_only eager-focus4.jsonl eager-moe-random.jsonl eager-holdout16b.jsonl eager-holdout16-pinned.jsonl \
     eager-holdout17.jsonl ;;
 esac

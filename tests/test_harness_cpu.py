@@ -415,3 +415,25 @@ def test_no_case_for_this_device_is_an_error_and_writes_no_file(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert "nothing to measure" in err and "\n" not in err and "was not written" in err
     assert not out.exists()
+
+
+def test_cuda_timer_reads_the_sm_clock_around_the_timed_replays_and_warms_first():
+    torch = _FakeTorch()
+    readings, order = iter([1980, 1755]), []
+    timer = timing.CudaTimer(torch, graph=False, warm_gpu_s=0.03, clock=lambda: next(readings))
+    timer._burst = lambda: order.append("burst")
+    fields = timer.time(torch.cuda.op(2.0 ** -16, []), 1).fields()
+    assert order == ["burst"]
+    assert fields["sm_clock_mhz"] == [1980, 1755] and fields["warm_gpu_s"] == 0.03
+    plain = timing.CudaTimer(torch, graph=False).time(torch.cuda.op(2.0 ** -16, []), 1).fields()
+    assert "sm_clock_mhz" not in plain and "warm_gpu_s" not in plain  # (records as before)
+
+
+def test_an_unreadable_clock_is_left_out_of_the_record():
+    torch = _FakeTorch()
+
+    def broken():
+        raise RuntimeError("no NVML")
+
+    fields = timing.CudaTimer(torch, graph=False, clock=broken).time(torch.cuda.op(2.0 ** -16, []), 1).fields()
+    assert "sm_clock_mhz" not in fields

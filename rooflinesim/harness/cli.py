@@ -90,6 +90,9 @@ def _add_run_options(p):
     p.add_argument("--profile", action="store_true",
                    help="count each case's kernels in eager mode too (off there by default: after "
                         "a profiler pass, later eager launches in the process take longer)")
+    p.add_argument("--warm-gpu-ms", type=_positive_float, default=None, metavar="MS",
+                   help="before each case's timed replays, keep the GPU busy this long (an idle GPU "
+                        "lowers its clock; eager launches of small kernels leave it idle)")
     p.add_argument("--case-timeout", type=_positive_float, default=180.0, metavar="SECONDS",
                    help="kill and record a case running longer (isolated runs; default 180)")
     iso = p.add_mutually_exclusive_group()
@@ -195,7 +198,8 @@ def _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id
                        suites=suite_names, argv=_public_args(argv), max_cases=args.max_cases,
                        deadline=deadline, resume=not args.no_resume,
                        retry_failed=args.retry_failed, profile=not args.no_profile and (mode == "graph" or args.profile),
-                       case_timeout_s=args.case_timeout, quiet=args.quiet)
+                       case_timeout_s=args.case_timeout, quiet=args.quiet,
+                       warm_gpu_s=(args.warm_gpu_ms or 0.0) / 1e3)
         rc = run(cases, opts)
     if not args.worker and not args.quiet:
         if os.path.exists(out) and os.path.getsize(out):

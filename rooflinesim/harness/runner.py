@@ -49,6 +49,7 @@ class Options:
     retry_failed: bool = False
     profile: bool = True
     case_timeout_s: float = 180.0
+    warm_gpu_s: float = 0.0  # a busy burst before each case's timed replays (0: none)
     quiet: bool = False
     notes: list = field(default_factory=list)
 
@@ -94,6 +95,16 @@ def plan(cases: list, opts: Options, world_size: int):
     return local, coll, skipped
 
 
+def _sm_clock(torch):
+    """A reader of the SM clock in MHz (PyTorch asks NVML), or None where it cannot be read."""
+    try:
+        if int(torch.cuda.clock_rate()) > 0:
+            return torch.cuda.clock_rate
+    except Exception:
+        pass
+    return None
+
+
 class GpuContext:
     def __init__(self, torch, opts: Options):
         self.torch = torch
@@ -101,6 +112,7 @@ class GpuContext:
         self.device = torch.device("cuda", torch.cuda.current_device())
         props = torch.cuda.get_device_properties(self.device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 50 * 1024 ** 2))
+        self.clock = _sm_clock(torch)
 
     def healthy(self) -> bool:
         torch = self.torch
@@ -138,7 +150,8 @@ def measure_gpu(ctx: GpuContext, case: dict, cid: str) -> dict:
             sets = rotation_sets(set_bytes_fn(case), ctx.l2_bytes)
             built = build(torch, case, ctx.device, sets)
             with built.context or nullcontext():
-                timing = CudaTimer(torch, graph=opts.mode == "graph").time(built.fn, sets)
+                timing = CudaTimer(torch, graph=opts.mode == "graph", warm_gpu_s=opts.warm_gpu_s,
+                                   clock=ctx.clock).time(built.fn, sets)
                 if opts.profile:
                     records.mark_inflight(opts.out, base, PROFILE_TIMEOUT_S, phase="profile")
                 kernels = _kernels(ctx, built) if opts.profile else {}

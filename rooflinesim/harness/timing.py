@@ -39,6 +39,8 @@ class Timing:
     replays: int
     graph: bool
     graph_error: str | None = None
+    sm_clock_mhz: tuple | None = None  # the SM clock just before and just after the timed replays
+    warm_gpu_s: float = 0.0  # the busy burst run just before them (0: none)
 
     def fields(self) -> dict:
         out = {"measured_s": self.measured_s, "min_s": self.min_s, "max_s": self.max_s,
@@ -46,6 +48,10 @@ class Timing:
                "graph": self.graph}
         if self.graph_error:
             out["graph_error"] = self.graph_error
+        if self.sm_clock_mhz is not None:
+            out["sm_clock_mhz"] = list(self.sm_clock_mhz)
+        if self.warm_gpu_s:
+            out["warm_gpu_s"] = self.warm_gpu_s
         return out
 
 
@@ -73,10 +79,10 @@ def timed_replays(replay_s: float) -> int:
 
 
 def summarize(replay_s: list[float], calls: int, sets: int, graph: bool,
-              graph_error: str | None = None) -> Timing:
+              graph_error: str | None = None, **extra) -> Timing:
     per_call = [t / calls for t in replay_s]
     return Timing(statistics.median(per_call), min(per_call), max(per_call), calls, sets,
-                  len(per_call), graph, graph_error)
+                  len(per_call), graph, graph_error, **extra)
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
@@ -106,10 +112,30 @@ class CudaTimer:
     times, or NCCL would wait forever.
     """
 
-    def __init__(self, torch, graph: bool = True, agree=None):
+    def __init__(self, torch, graph: bool = True, agree=None, warm_gpu_s: float = 0.0, clock=None):
         self.torch = torch
         self.graph = graph
         self.agree = agree or (lambda value, how: value)
+        self.warm_gpu_s = warm_gpu_s  # a busy burst this long just before the timed replays
+        self.clock = clock  # () -> the SM clock in MHz, or None: not read
+
+    def _burst(self) -> None:
+        """Keep the GPU busy for about ``warm_gpu_s`` (matrix products on a small working
+        set), so that the timed replays start at its working clock: launches of small
+        kernels leave it mostly idle, and an idle GPU lowers its clock."""
+        torch = self.torch
+        a = torch.ones(2048, 2048, device="cuda", dtype=torch.bfloat16)
+        per = 2 * 2048 ** 3 / 5e14  # seconds per product at a nominal 500 TFLOP/s
+        for _ in range(max(1, int(self.warm_gpu_s / per))):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+        del a
+
+    def _read_clock(self):
+        try:
+            return int(self.clock())
+        except Exception:
+            return None
 
     def _elapsed(self, launch, repeat: int) -> list[float]:
         """Seconds of each of ``repeat`` launches, bracketed by events, one sync at end."""
@@ -192,9 +218,15 @@ class CudaTimer:
                         statistics.median(self._elapsed(launch, WARM_REPLAYS)), "max")
                 del bigger
         replays = int(self.agree(timed_replays(replay_s), "max"))
+        if self.warm_gpu_s:
+            self._burst()
+        before = self._read_clock() if self.clock else None
         times = self._elapsed(launch, replays)
+        after = self._read_clock() if self.clock else None
+        clocks = (before, after) if before is not None and after is not None else None
         del graph, launch
-        return summarize(times, calls, sets, used_graph, graph_error)
+        return summarize(times, calls, sets, used_graph, graph_error, sm_clock_mhz=clocks,
+                         warm_gpu_s=self.warm_gpu_s)
 
 
 # ---------------------------------------------------------------------------- CPU
