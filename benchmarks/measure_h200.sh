@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -231,6 +231,18 @@ eager6)
   kill $sampler 2>/dev/null
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+eager7)
+  # one GPU, no profiler pass, each eager case built and timed three times (the harness's
+  # default for eager launches since eager6 showed one build's host time 1.3-1.5x above
+  # another's): the sixteenth held-out set twice (is the median of three builds
+  # repeatable from process to process?), and an eighteenth held-out set, never fitted to
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-eager7.txt
+  run1 eager-holdout16-b3.jsonl 100 holdout16 eager
+  run1 eager-holdout16-b3b.jsonl 100 holdout16 eager
+  run1 eager-holdout18.jsonl 110 holdout18 eager
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -261,6 +273,7 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  eager7) keep_only eager-holdout16-b3.jsonl eager-holdout16-b3b.jsonl eager-holdout18.jsonl ;;
   eager6) keep_only eager-holdout16c.jsonl eager-holdout16-warm.jsonl eager-holdout16-warm2.jsonl ;;
   eager5) keep_only eager-focus4.jsonl eager-moe-random.jsonl eager-holdout16b.jsonl eager-holdout16-pinned.jsonl \
     eager-holdout17.jsonl ;;

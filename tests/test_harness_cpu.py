@@ -437,3 +437,15 @@ def test_an_unreadable_clock_is_left_out_of_the_record():
 
     fields = timing.CudaTimer(torch, graph=False, clock=broken).time(torch.cuda.op(2.0 ** -16, []), 1).fields()
     assert "sm_clock_mhz" not in fields
+
+
+def test_a_case_built_several_times_records_the_median_build():
+    from rooflinesim.harness.runner import combine_builds
+
+    def t(m, lo, hi):
+        return timing.Timing(m, lo, hi, 10, 2, 15, False)
+
+    out = combine_builds([t(3e-5, 2e-5, 4e-5), t(1e-5, 0.9e-5, 1.2e-5), t(2e-5, 1.8e-5, 2.5e-5)])
+    assert out["measured_s"] == 2e-5 and out["min_s"] == 0.9e-5 and out["max_s"] == 4e-5
+    assert out["builds"] == [3e-5, 1e-5, 2e-5] and out["graph"] is False
+    assert "builds" not in combine_builds([t(3e-5, 2e-5, 4e-5)])

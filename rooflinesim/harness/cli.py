@@ -93,6 +93,10 @@ def _add_run_options(p):
     p.add_argument("--warm-gpu-ms", type=_positive_float, default=None, metavar="MS",
                    help="before each case's timed replays, keep the GPU busy this long (an idle GPU "
                         "lowers its clock; eager launches of small kernels leave it idle)")
+    p.add_argument("--builds", type=_positive_int, default=None, metavar="N",
+                   help="build each case afresh (new inputs) and time it N times; the record holds the "
+                        "median (default: 3 with --mode eager, whose host times move from build to build, "
+                        "else 1)")
     p.add_argument("--case-timeout", type=_positive_float, default=180.0, metavar="SECONDS",
                    help="kill and record a case running longer (isolated runs; default 180)")
     iso = p.add_mutually_exclusive_group()
@@ -199,7 +203,8 @@ def _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id
                        deadline=deadline, resume=not args.no_resume,
                        retry_failed=args.retry_failed, profile=not args.no_profile and (mode == "graph" or args.profile),
                        case_timeout_s=args.case_timeout, quiet=args.quiet,
-                       warm_gpu_s=(args.warm_gpu_ms or 0.0) / 1e3)
+                       warm_gpu_s=(args.warm_gpu_ms or 0.0) / 1e3,
+                       builds=args.builds or (EAGER_BUILDS if mode == "eager" and device == "cuda" else 1))
         rc = run(cases, opts)
     if not args.worker and not args.quiet:
         if os.path.exists(out) and os.path.getsize(out):
@@ -208,6 +213,9 @@ def _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id
         else:
             print(f"harness: nothing was measured; {out} was not written", file=sys.stderr)
     return rc
+
+
+EAGER_BUILDS = 3  # eager GPU cases: builds per case, the record the median (see --builds)
 
 
 def _worker_args(argv):

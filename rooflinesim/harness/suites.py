@@ -684,6 +684,7 @@ _SUITES = {
     "holdout16": lambda: holdout_suite(seed=24917, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "moe-random": moe_random_suite,
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
+    "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
