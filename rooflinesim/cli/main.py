@@ -33,6 +33,7 @@ def _register_lazy():
     from .model import register
     from .roofline import roofline
     from .formula import formula
+    from .serve import serve
     from .measure import calibrate, harness, validate
 
     cli.add_command(formula)
@@ -42,6 +43,7 @@ def _register_lazy():
     cli.add_command(fit)
     register(predict)
     cli.add_command(roofline)
+    cli.add_command(serve)
 
 
 _register_lazy()

@@ -23,7 +23,7 @@ from .plan import _Priced, _plan, _row_sums, _slice_timing
 from .recorded import priced as plan_priced
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "RequestTimes", "phase_kernels",
-           "predict_model", "predict_requests", "sweep"]
+           "predict_model", "predict_requests", "price_phases", "sweep"]
 
 
 # ------------------------------------------------------------------------ results
@@ -109,6 +109,14 @@ class PhaseResult:
         return [{"op": names[r], "count": count[r], "flops": flops[r], "hbm_bytes": hbm[r],
                  "time_s": time_s[r], "bound": bound[r], "share": time_s[r] / total}
                 for r in sorted(range(len(names)), key=lambda r: -time_s[r])]
+
+    def row_times(self) -> tuple[tuple, np.ndarray]:
+        """(the kernel names, per name and point: its time in one forward pass, every
+        run on every stage added)."""
+        layout = self.priced.layout
+        out = np.zeros((len(layout.names), self.phase.n))
+        np.add.at(out, layout.row_of, self.counts[:, None] * self.latency_s)
+        return layout.names, out
 
     def _longest_bound(self, t: np.ndarray, peak: np.ndarray) -> list[str]:
         """Per table row: the bound, at its slowest point, of the row's longest kernel."""
@@ -315,6 +323,12 @@ def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *
         notes.append(f"weights and KV cache ({format_bytes(need, binary=False)} per GPU) exceed the "
                      f"{format_bytes(mem['capacity_bytes'], binary=False)} of {spec.name}; predicting anyway")
     return out
+
+
+def price_phases(model, spec, profile=None, deploy: Deployment | None = None, phases=()) -> list[PhaseResult]:
+    """The steps of ``phases`` (each over its own points) priced in one pass."""
+    model, spec = _resolve(model, spec)
+    return _run(model, spec, profile, deploy or Deployment(), list(phases))
 
 
 def sweep(model, spec, profile=None, deploy: Deployment | None = None, *, batch, context,

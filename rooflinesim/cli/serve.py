@@ -1,0 +1,184 @@
+"""`rooflinesim serve ...`: an engine serving a stream of requests, simulated on the
+calibrated step times, reported with the metrics of vLLM's benchmark client."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from .common import (FRACTION, MAX_COUNT, POS, Real, Size, UserError, echo, emit_json, gpu_options, json_option,
+                     load_gpu, load_model, load_profile, profile_label, profile_option, table)
+
+PAR = Size(max=MAX_COUNT)
+MAX_PROMPTS = 10_000_000
+MAX_LEN = 10_000_000
+MAX_RATE = 1e9
+MAX_OVERHEAD_S = 10.0
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+class Rate(click.ParamType):
+    """Requests per second above 0, or 'inf' (every request at once)."""
+
+    name = "rate"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        if text in ("inf", "infinity"):
+            return math.inf
+        try:
+            x = float(text)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number of requests per second nor 'inf'.", param, ctx)
+        if not (math.isfinite(x) and 0 < x <= MAX_RATE):
+            self.fail(f"{value!r} is not a rate above 0 and at most {MAX_RATE:g} per second (or 'inf').", param, ctx)
+        return x
+
+    def get_metavar(self, param, ctx=None):
+        return "R|inf"
+
+
+def _goodput(ctx, param, values) -> dict:
+    """KEY:MS pairs (ttft, tpot, e2el), as vLLM's --goodput takes them."""
+    out = {}
+    for item in values:
+        for part in item.split():
+            key, sep, ms = part.partition(":")
+            key = key.strip().lower()
+            if not sep or key not in SLO_KEYS:
+                raise click.BadParameter(f"expected KEY:MS with KEY one of {', '.join(SLO_KEYS)}, got {part!r}")
+            try:
+                limit = float(ms)
+            except ValueError:
+                raise click.BadParameter(f"{ms!r} is not a number of milliseconds") from None
+            if not (math.isfinite(limit) and limit > 0):
+                raise click.BadParameter(f"the {key} SLO must be a finite number of milliseconds above 0")
+            out[key] = limit
+    return out
+
+
+@click.command()
+@click.option("--model", "model_name", required=True,
+              help="A bundled preset (e.g. llama-3.1-8b), a Hugging Face id, or a config.json path.")
+@gpu_options
+@profile_option
+@click.option("--tp", type=PAR, default=1, show_default=True, help="Tensor-parallel GPUs per replica.")
+@click.option("--pp", type=PAR, default=1, show_default=True, help="Pipeline stages (only 1 is simulated yet).")
+@click.option("--ep", type=PAR, default=1, show_default=True, help="Expert-parallel GPUs (MoE).")
+@click.option("--dp", type=PAR, default=1, show_default=True,
+              help="Data-parallel replicas; each gets every dp-th request.")
+@click.option("--weights", default=None, help="bf16, fp16, fp8, int8 or int4 (default: the config's, else bf16).")
+@click.option("--kv-dtype", "--kv", "kv_dtype", default=None, help="KV-cache dtype: bf16, fp16 or fp8.")
+@click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
+              help="Attention kernel class (default: the GPU's own).")
+@click.option("--engine", type=click.Choice(["vllm", "static"]), default="vllm", show_default=True,
+              help="vllm: vLLM v1's scheduler (chunked prefill, paged KV, preemption by recompute); "
+                   "static: static batches, for contrast.")
+@click.option("--max-num-batched-tokens", type=POS, default=None,
+              help="Token budget of a step (default: vLLM's for the GPU).")
+@click.option("--max-num-seqs", type=POS, default=None, help="Most requests running at once (default: vLLM's).")
+@click.option("--block-size", type=Size(max=4096), default=16, show_default=True, help="KV block, in tokens.")
+@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True,
+              help="Share of each card the engine may use (sets the KV cache with the memory planner).")
+@click.option("--kv-cache-tokens", type=POS, default=None,
+              help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
+@click.option("--step-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
+              help="Host seconds per engine step beyond the GPU's (default: the engine's, with its source "
+                   "in the JSON).")
+@click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=1000, show_default=True,
+              help="Requests to send (random dataset).")
+@click.option("--rate", type=Rate(), default="inf", show_default=True,
+              help="Requests per second (gamma gaps of --burstiness; 1: Poisson), or inf: all at t = 0.")
+@click.option("--burstiness", type=Real(min=0, max=1e6, min_open=True), default=1.0, show_default=True,
+              help="Shape of the gamma inter-arrival gaps (1: Poisson; lower: burstier).")
+@click.option("--concurrency", "--max-concurrency", "concurrency", type=Size(max=MAX_PROMPTS), default=None,
+              help="At most this many requests in flight (a closed loop, as --max-concurrency).")
+@click.option("--input-len", type=Size(max=MAX_LEN), default=1024, show_default=True,
+              help="Random dataset: input tokens per request.")
+@click.option("--output-len", type=Size(max=MAX_LEN), default=128, show_default=True,
+              help="Random dataset: output tokens per request.")
+@click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.0, show_default=True,
+              help="Random dataset: lengths uniform in [L (1 - r), L (1 + r)].")
+@click.option("--trace", "trace_file", default=None,
+              help="Requests from a CSV or JSON Lines file: arrival time, input and output tokens "
+                   "(our column names or the Azure LLM inference traces').")
+@click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True, help="Random seed.")
+@click.option("--goodput", "goodput", multiple=True, callback=_goodput,
+              help="SLOs in ms as KEY:MS (ttft, tpot, e2el), e.g. 'ttft:2000 tpot:50': adds request_goodput.")
+@json_option
+def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
+          max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
+          num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed, goodput,
+          as_json):
+    """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
+    end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
+    reports them."""
+    from ..models.deploy import Deployment
+    from ..serve.simulate import serve as run
+    from ..serve.traffic import parse_trace, random_requests
+
+    if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
+        raise UserError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must be at least --max-num-seqs "
+                        f"({max_num_seqs}), as vLLM requires")
+    cfg = load_model(model_name, fast=True)
+    if weights is None:
+        weights, note = cfg.weights_default()
+        if note:
+            click.echo(f"warning: {note}", err=True)
+    spec = load_gpu(gpu, spec_files, fast=True)
+    prof = load_profile(spec, profile, fast=True)
+    d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower(),
+                   attention=attention)
+    if trace_file is not None:
+        from ..files import read_text
+
+        reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file))
+        source = {"trace": click.format_filename(trace_file)}
+    else:
+        reqs = random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
+                               range_ratio=range_ratio, seed=seed)
+        source = {"dataset": "random", "input_len": input_len, "output_len": output_len,
+                  "range_ratio": range_ratio, "request_rate": "inf" if math.isinf(rate) else rate,
+                  "burstiness": burstiness, "seed": seed}
+    r = run(cfg, spec, prof, d, reqs, engine=engine, max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+            kv_tokens=kv_cache_tokens, step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None)
+    head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
+            **source, "max_concurrency": concurrency}
+    if as_json:
+        emit_json({**head, **r.as_dict()})
+        return
+    _print(head, r, d, spec)
+
+
+def _print(head: dict, r, d, spec) -> None:
+    m, e = r.metrics, r.engine
+    rate = head.get("request_rate")
+    load = (f"trace {head['trace']}" if "trace" in head else
+            f"random {head['input_len']} in / {head['output_len']} out (range ratio {head['range_ratio']:g}), "
+            + ("all at t = 0" if rate == "inf" else f"{rate:g} req/s, burstiness {head['burstiness']:g}"))
+    if head.get("max_concurrency"):
+        load += f", at most {head['max_concurrency']} in flight"
+    out = [f"{head['model']} on {d.gpus} x {spec.name} ({d.describe()}) [profile: {head['profile']}]",
+           f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
+           f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
+           f"{e.step_overhead_s * 1e3:g} ms host time per step",
+           f"workload: {load}", ""]
+    rows = [("completed requests", f"{m['completed']:,}"), ("duration", f"{m['duration_s']:.2f} s"),
+            ("request throughput", f"{m['request_throughput']:.2f} req/s"),
+            ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
+            ("total token throughput", f"{m['total_token_throughput']:,.1f} tok/s"),
+            ("engine steps / preemptions", f"{m['steps']:,} / {m['preemptions']:,}")]
+    if "request_goodput" in m:
+        rows.append(("request goodput", f"{m['request_goodput']:.2f} req/s "
+                                        f"({100 * m['slo_attainment']:.1f}% meet the SLOs)"))
+    out.append(table(rows, align=["<", ">"]))
+    out.append("")
+    names = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
+             "e2el": "end-to-end latency", "queue": "queueing delay"}
+    out.append(table([(names[k], *(f"{m[f'{s}_{k}_ms']:.2f}" for s in ("mean", "median", "p90", "p99")))
+                      for k in names], headers=("ms", "mean", "median", "p90", "p99")))
+    echo(*out)

@@ -1,0 +1,1 @@
+"""Serving under load: workloads, engine schedulers, step times, metrics (`rooflinesim serve`)."""

@@ -1,0 +1,81 @@
+"""Serving metrics with the names and definitions of vLLM's benchmark client (benchmark_serving.py,
+``vllm bench serve``):
+
+* TTFT: arrival to the first output token; E2EL: arrival to the last;
+* TPOT: (E2EL - TTFT) / (output tokens - 1), over the requests with more than one output
+  token;
+* ITL: every gap between two successive output tokens of a request, all requests pooled;
+* duration: from the first arrival to the last completion; throughputs per second of it;
+* goodput: requests per second that meet every SLO given (TTFT, TPOT, E2EL; a request
+  with one output token meets any TPOT SLO).
+
+Times are reported in milliseconds (``*_ms``), as the client does. Queueing delay (arrival
+to the first step that schedules the request) is ours: the client cannot see it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a simulated engine did with each request (times in seconds, from the first
+    arrival), and over time."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    scheduled_s: np.ndarray  # when a step first scheduled the request
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    itl_s: np.ndarray  # every inter-token gap, all requests
+    preemptions: int
+    steps: dict  # per step: start_s, duration_s, tokens, sequences, kv_blocks_used
+
+
+def summary(s: Served, slo_ms: dict | None = None) -> dict:
+    """The client's metrics (see the module's notes), in its JSON names."""
+    ttft = s.first_token_s - s.arrival_s
+    e2el = s.finish_s - s.arrival_s
+    many = s.output_tokens > 1
+    tpot = (e2el[many] - ttft[many]) / (s.output_tokens[many] - 1)
+    duration = float(s.finish_s.max() - s.arrival_s.min())
+    out: dict = {
+        "completed": int(s.arrival_s.size),
+        "duration_s": duration,
+        "total_input_tokens": int(s.input_tokens.sum()),
+        "total_output_tokens": int(s.output_tokens.sum()),
+        "request_throughput": s.arrival_s.size / duration,
+        "output_throughput": float(s.output_tokens.sum()) / duration,
+        "total_token_throughput": float(s.input_tokens.sum() + s.output_tokens.sum()) / duration,
+        "preemptions": s.preemptions,
+        "steps": int(len(s.steps["duration_s"])),
+    }
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", s.itl_s), ("e2el", e2el),
+                    ("queue", s.scheduled_s - s.arrival_s)):
+        ms = np.asarray(x, dtype=float) * 1e3
+        if ms.size == 0:
+            ms = np.zeros(1)
+        out[f"mean_{name}_ms"] = float(ms.mean())
+        out[f"std_{name}_ms"] = float(ms.std())
+        out[f"median_{name}_ms"] = float(np.median(ms))
+        for p in PERCENTILES[1:]:
+            out[f"p{p}_{name}_ms"] = float(np.percentile(ms, p))
+    if slo_ms:
+        good = np.ones(s.arrival_s.size, dtype=bool)
+        per = {"ttft": ttft, "e2el": e2el}
+        full_tpot = np.zeros(s.arrival_s.size)
+        full_tpot[many] = tpot
+        per["tpot"] = full_tpot
+        for key, limit in slo_ms.items():
+            good &= per[key] * 1e3 <= limit
+        out["request_goodput"] = float(good.sum()) / duration
+        out["slo_attainment"] = float(good.mean())
+        out["slo_ms"] = dict(slo_ms)
+    return out

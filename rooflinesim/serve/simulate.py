@@ -1,0 +1,109 @@
+"""`serve` as a library call: a deployment (as for ``predict_model``), its KV cache from the
+memory planner (``rooflinesim fit --engine vllm``'s figure), an engine's scheduler over a
+stream of requests, and the benchmark client's metrics.
+
+Data-parallel replicas each get every dp-th request (round robin, as a load balancer
+without state does) and are simulated apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+from ..models.deploy import Deployment
+from .engine import EngineParams, simulate
+from .metrics import Served, summary
+from .steps import StepTimes
+from .traffic import Requests
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    step_overhead_s: float  # host time per step not hidden under the GPU's
+    source: str
+
+
+ENGINES = {
+    "vllm": EngineDefaults(1.5e-4, (
+        "vLLM v1 runs its scheduler in an engine-core process that overlaps the GPU; the gap "
+        "between decode steps with the host work overlapped was 150-170 us (vllm-project/vllm "
+        "PR 11133); without the overlap it measured 5-6 ms at batch 256 (issue 10634)")),
+    "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
+}
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    metrics: dict
+    served: Served
+    engine: EngineParams
+    kv_tokens: int
+    replicas: int
+
+    def as_dict(self) -> dict:
+        e = self.engine
+        return {**self.metrics, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
+                "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
+                "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
+                "replicas": self.replicas}
+
+
+def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_utilization: float,
+                    max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """KV-cache tokens of one replica, as ``rooflinesim fit --engine vllm`` reports them."""
+    from ..memory.budget import fit
+
+    plan = fit(model, spec.name, batch=1, context=1, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights,
+               kv=d.kv_cache, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+               group_size=d.group_size, engine="vllm", max_num_batched_tokens=max_num_batched_tokens,
+               max_num_seqs=max_num_seqs)
+    return int(plan.kv_cache_tokens)
+
+
+def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
+          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int = 16,
+          gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
+          concurrency: int | None = None, slo_ms: dict | None = None) -> ServeResult:
+    """Simulate ``engine`` serving ``reqs`` on ``d`` (see the module's notes)."""
+    from ..memory.budget import vllm_defaults
+
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    mnbt, seqs = vllm_defaults(spec, spec.memory.capacity_bytes)
+    mnbt, seqs = int(max_num_batched_tokens or mnbt), int(max_num_seqs or seqs)
+    if kv_tokens is None:
+        kv_tokens = kv_cache_tokens(model, spec, d, block_size=block_size,
+                                    gpu_memory_utilization=gpu_memory_utilization,
+                                    max_num_batched_tokens=mnbt, max_num_seqs=seqs)
+    if kv_tokens < block_size:
+        raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
+                        f"(see rooflinesim fit)")
+    p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
+                     ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s))
+    longest = int((reqs.input_tokens + reqs.output_tokens).max())
+    steps = StepTimes(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
+                      max_context=max(longest, 2))
+    parts = [simulate(engine, _every(reqs, i, d.dp), steps, p,
+                      None if concurrency is None else max(1, _share(concurrency, d.dp, i)))
+             for i in range(min(d.dp, len(reqs)))]
+    served = parts[0] if len(parts) == 1 else _merge(parts)
+    return ServeResult(summary(served, slo_ms), served, p, kv_tokens, d.dp)
+
+
+def _share(total: int, k: int, i: int) -> int:
+    """Replica ``i``'s share of ``total`` split as evenly as whole numbers go over ``k``."""
+    return total // k + (1 if i < total % k else 0)
+
+
+def _every(reqs: Requests, i: int, k: int) -> Requests:
+    return Requests(reqs.arrival_s[i::k], reqs.input_tokens[i::k], reqs.output_tokens[i::k])
+
+
+def _merge(parts: list) -> Served:
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+    steps = {k: np.concatenate([p.steps[k] for p in parts]) for k in parts[0].steps}
+    return Served(cat("arrival_s"), cat("input_tokens"), cat("output_tokens"), cat("scheduled_s"),
+                  cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps)

@@ -1,0 +1,177 @@
+"""Step times of a serving engine from the calibrated kernels, tabulated over the states a
+simulation reaches.
+
+An engine step runs one forward pass over a mixed batch: decode tokens (one per sequence)
+and prefill chunks (several tokens of one sequence), each sequence attending to its own
+cache. Most kernels (GEMMs, norms, MoE layers, the TP collectives) follow only the tokens
+in the step; the attention kernels (and, in MLA prefill, the latent's expansion over the
+cache) follow each sequence's context; the LM head follows the sequences that sample. So
+a step's time is
+
+    dense(tokens) + attention(decode sequences, their mean context)
+        + sum over prefill chunks of attention(chunk, its context) + logits(samplers)
+
+with each term read from a table the model priced once (``predict_model``'s kernels and
+pricing; the varlen attention of a step as one kernel per part). Which kernels follow the
+context is found by pricing the model's phases at two contexts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+import numpy as np
+
+from ..errors import UserError
+from ..models.deploy import Deployment
+from ..models.workload import Phase, price_phases
+
+
+
+def _grid(lo: float, hi: float, ratio: float) -> np.ndarray:
+    """Whole numbers from lo to hi, each about ``ratio`` times the last (all of them while
+    the step is under one)."""
+    pts, x = [], float(lo)
+    while x < hi:
+        pts.append(int(round(x)))
+        x = max(x * ratio, x + 1)
+    pts.append(int(hi))
+    return np.unique(np.array(pts, dtype=float))
+
+
+class LogTable:
+    """A positive quantity tabulated over a grid of positive axes, read by multilinear
+    interpolation of its logarithm in the logarithms of the axes (exact at the grid's
+    points; power laws between them)."""
+
+    def __init__(self, grids: list, values: np.ndarray):
+        z = np.maximum(np.asarray(values, dtype=float), 1e-30).reshape([len(g) for g in grids])
+        self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in grids)
+        self._axes = [a.tolist() for a in self.axes]  # (plain floats: a scalar lookup with bisect)
+        self.log_z = np.log(z)
+
+    def __call__(self, *x: float) -> float:
+        cell, weights = [], []
+        for a, v in zip(self._axes, x):
+            lv = math.log(v)
+            i = min(max(bisect.bisect_right(a, lv) - 1, 0), len(a) - 2)
+            cell.append(i)
+            weights.append(min(max((lv - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
+        block = self.log_z[tuple(slice(i, i + 2) for i in cell)]
+        for w in weights:  # (contract one axis at a time)
+            block = block[0] * (1 - w) + block[1] * w
+        return math.exp(block)
+
+    def many(self, *x) -> np.ndarray:
+        """``self(*point)`` at every point of the arrays ``x`` (broadcast together)."""
+        pts = np.broadcast_arrays(*(np.log(np.asarray(v, dtype=float)) for v in x))
+        cell, weights = [], []
+        for a, lv in zip(self.axes, pts):
+            i = np.minimum(np.maximum(np.searchsorted(a, lv, side="right") - 1, 0), len(a) - 2)
+            cell.append(i)
+            weights.append(np.minimum(np.maximum((lv - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
+        return np.exp(self._many(cell, weights))
+
+    def _many(self, cell: list, weights: list) -> np.ndarray:
+        out = 0.0
+        for corner in itertools.product((0, 1), repeat=len(cell)):
+            w = 1.0
+            for c, wi in zip(corner, weights):
+                w = w * (wi if c else 1 - wi)
+            out = out + w * self.log_z[tuple(i + c for i, c in zip(cell, corner))]
+        return out
+
+
+class StepTimes:
+    """The step times of one replica of a deployment (pipeline stages are not modelled:
+    pp must be 1), for steps of at most ``max_tokens`` new tokens and ``max_seqs``
+    sequences, each with a context of at most ``max_context`` tokens."""
+
+    def __init__(self, model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs: int, max_context: int):
+        if d.pp != 1:
+            raise UserError("serve simulates one pipeline stage per replica; --pp above 1 is not modelled yet")
+        if d.eager:
+            raise UserError("serve prices CUDA-graph steps, as engines run them; --eager is not modelled")
+        self.model, self.spec, self.profile, self.d = model, spec, profile, d
+        self._static: dict = {}
+        self.max_tokens, self.max_seqs, self.max_context = int(max_tokens), int(max_seqs), int(max_context)
+        T, N = np.arange(1.0, self.max_tokens + 1), np.arange(1.0, self.max_seqs + 1)
+        c0 = 64.0
+        # which kernels follow the context: each phase priced at a short and a long one
+        probe = [Phase("prefill", batch=1, seq_q=c0, seq_kv=c0, sequences=1, logits=0.0),
+                 Phase("prefill", batch=1, seq_q=c0, seq_kv=c0 + 4096, sequences=1, logits=0.0),
+                 Phase("decode", batch=1, seq_q=1, seq_kv=c0, sequences=1),
+                 Phase("decode", batch=1, seq_q=1, seq_kv=c0 + 4096, sequences=1)]
+        (_, p0), (_, p1), (_, d0), (_, d1) = (r.row_times() for r in self._price(probe))
+        self.prefill_context = ~np.isclose(p0[:, 0], p1[:, 0], rtol=1e-12, atol=0)
+        self.decode_context = ~np.isclose(d0[:, 0], d1[:, 0], rtol=1e-12, atol=0)
+        # the tables: tokens, decode sequences, logits rows; attention over (sequences, context)
+        # for decode and over (chunks, tokens per chunk, context) for prefill
+        self.ctx_grid = _grid(1, max(self.max_context, 2), 1.25)
+        self.q_grid = _grid(1, max(self.max_tokens, 2), 1.3)
+        self.n_grid = _grid(1, max(self.max_seqs, 2), 1.25)
+        self.chunk_grid = _grid(1, max(min(self.max_seqs, self.max_tokens), 2), 1.4)
+        pn, pq, pc = np.meshgrid(self.chunk_grid, self.q_grid, self.ctx_grid, indexing="ij")
+        dn, dc = np.meshgrid(self.n_grid, self.ctx_grid, indexing="ij")
+        phases = [
+            Phase("prefill", batch=1, seq_q=T, seq_kv=T, sequences=1, logits=0.0, n=T.size),
+            Phase("decode", batch=N, seq_q=1, seq_kv=c0, sequences=N, logits=0.0, n=N.size),
+            Phase("decode", batch=N, seq_q=1, seq_kv=c0, sequences=N, logits=1.0, n=N.size),
+            # (a chunk attends at least to itself)
+            Phase("prefill", batch=pn.ravel(), seq_q=pq.ravel(), seq_kv=np.maximum(pc, pq).ravel(),
+                  sequences=pn.ravel(), logits=0.0, n=pn.size),
+            Phase("decode", batch=dn.ravel(), seq_q=1, seq_kv=dc.ravel(), sequences=dn.ravel(), logits=0.0,
+                  n=dn.size),
+        ]
+        (_, dense_pre), (_, dense_dec), (_, with_logits), (_, att_pre), (_, att_dec) = (
+            r.row_times() for r in self._price(phases))
+        self.dense_prefill = np.concatenate([[0.0], dense_pre[~self.prefill_context].sum(axis=0)])
+        self.dense_decode = np.concatenate([[0.0], dense_dec[~self.decode_context].sum(axis=0)])
+        self.logits = np.concatenate([[0.0], with_logits.sum(axis=0) - dense_dec.sum(axis=0)])
+        self.attention_prefill = LogTable([self.chunk_grid, self.q_grid, self.ctx_grid],
+                                             att_pre[self.prefill_context].sum(axis=0))
+        self.attention_decode = LogTable([self.n_grid, self.ctx_grid], att_dec[self.decode_context].sum(axis=0))
+
+    def decode_steps(self, n: int, context: np.ndarray) -> np.ndarray:
+        """Steps of ``n`` decode tokens only, all sampling, their sequences holding
+        ``context`` tokens on average (an array: one step each)."""
+        return self.dense_decode[n] + self.logits[n] + self.attention_decode.many(n, context)
+
+    def static_batch(self, batch: int, prompt: int, output: int) -> tuple[float, np.ndarray]:
+        """A static batch, priced as ``predict_model`` prices it: its prompts' prefill
+        (padded to ``prompt``), and each of its ``output`` - 1 decode steps (the j-th over
+        prompt + j tokens)."""
+        key = (batch, prompt, output)
+        if key not in self._static:
+            ctx = prompt + np.arange(1.0, max(output, 2))
+            pre, dec = self._price([Phase("prefill", batch=batch, seq_q=prompt, seq_kv=prompt, sequences=batch),
+                                    Phase("decode", batch=batch, seq_q=1, seq_kv=ctx, sequences=batch, n=ctx.size)])
+            steps = dec.step_s if output > 1 else np.zeros(0)
+            if len(self._static) > 256:
+                self._static.clear()
+            self._static[key] = (float(pre.step_s[0]), steps)
+        return self._static[key]
+
+    def _price(self, phases):
+        return price_phases(self.model, self.spec, self.profile, self.d, phases)
+
+    def step_s(self, decode_n: int, decode_context: float, chunk_n: int = 0, chunk_tokens: int = 0,
+               chunk_context: float = 0.0, samplers: int = 0) -> float:
+        """One step: ``decode_n`` decode tokens whose sequences hold ``decode_context``
+        tokens on average (this step's included); ``chunk_n`` prefill chunks of
+        ``chunk_tokens`` new tokens in all, attending on average (weighted by their tokens)
+        to ``chunk_context`` tokens; ``samplers`` sequences that sample a token. The
+        varlen attention of each part is priced as one kernel over sequences of its mean
+        lengths."""
+        tokens = decode_n + chunk_tokens
+        if tokens > self.max_tokens:
+            raise ValueError(f"a step of {tokens} tokens is past the table's {self.max_tokens}")
+        t = (self.dense_prefill[tokens] if chunk_n else self.dense_decode[decode_n]) + self.logits[samplers]
+        if decode_n:
+            t += self.attention_decode(decode_n, decode_context)
+        if chunk_n:
+            q = chunk_tokens / chunk_n
+            t += self.attention_prefill(chunk_n, q, max(chunk_context, q))
+        return t

@@ -1,0 +1,160 @@
+"""The requests a serving benchmark sends: arrival times and lengths, seeded and reproducible,
+with the semantics of vLLM's benchmark client (``vllm bench serve`` / benchmark_serving.py):
+
+* arrivals: ``rate`` requests per second with gamma inter-arrival gaps of shape
+  ``burstiness`` and mean 1 / rate (burstiness 1: Poisson), the first request at t = 0;
+  ``rate`` inf sends every request at t = 0;
+* lengths of the random dataset: input and output lengths drawn as whole numbers uniform in
+  [L (1 - r), L (1 + r)] (the range ratio r in [0, 1), vLLM >= 0.8.4), at least 1;
+* a trace: arrival time, input and output tokens per request (CSV with a header, or JSON
+  Lines), under our names or those of the Azure LLM inference traces
+  (TIMESTAMP, ContextTokens, GeneratedTokens).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from ..errors import UserError
+
+MAX_REQUESTS = 10_000_000
+MAX_TOKENS = 10_000_000  # tokens of one request's input or output
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Requests in order of arrival: when each arrives (s, from the first) and its input
+    and output tokens."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+
+def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of ``n`` requests: the first at 0, then gamma gaps (shape
+    ``burstiness``, mean 1 / ``rate``); all at 0 for an infinite rate."""
+    if not rate > 0:
+        raise UserError(f"the request rate must be above 0 (got {rate!r})")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise UserError(f"the burstiness must be a finite number above 0 (got {burstiness!r})")
+    if math.isinf(rate):
+        return np.zeros(n)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=max(n - 1, 0))
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Generator) -> np.ndarray:
+    """``n`` lengths uniform in [L (1 - r), L (1 + r)] (whole numbers, at least 1)."""
+    if not 0 <= range_ratio < 1:
+        raise UserError(f"the range ratio must be in [0, 1) (got {range_ratio!r})")
+    lo, hi = max(1, int(length * (1 - range_ratio))), max(1, int(length * (1 + range_ratio)))
+    return rng.integers(lo, hi + 1, size=n)
+
+
+def random_requests(n: int, input_len: int, output_len: int, *, rate: float = math.inf, burstiness: float = 1.0,
+                    range_ratio: float = 0.0, seed: int = 0) -> Requests:
+    """vLLM's random dataset sent at ``rate`` (see the module's notes)."""
+    if not 1 <= n <= MAX_REQUESTS:
+        raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
+    rng = np.random.default_rng(seed)
+    inputs = random_lengths(n, input_len, range_ratio, rng)
+    outputs = random_lengths(n, output_len, range_ratio, rng)
+    return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
+
+
+# column names a trace may use, ours first
+_COLUMNS = {
+    "arrival": ("arrival_s", "arrival_time", "timestamp", "time"),
+    "input": ("input_tokens", "input_len", "prompt_tokens", "contexttokens", "context_tokens"),
+    "output": ("output_tokens", "output_len", "generated_tokens", "generatedtokens"),
+}
+
+
+def _column(header: list, what: str, name: str) -> str:
+    keys = {h.strip().lower(): h for h in header}
+    for c in _COLUMNS[what]:
+        if c in keys:
+            return keys[c]
+    raise UserError(f"{name}: no {what} column (one of {', '.join(_COLUMNS[what])}); it has "
+                    f"{', '.join(h for h in header) or 'no columns'}")
+
+
+def _seconds(value, name: str, row: int) -> float:
+    """A time: seconds as a number, or an ISO date-time (the Azure traces' TIMESTAMP)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        x = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            x = float(text)
+        except ValueError:
+            try:
+                x = datetime.fromisoformat(text.replace("Z", "+00:00")[:32]).timestamp()
+            except ValueError:
+                raise UserError(f"{name}: row {row}: the arrival time {text[:40]!r} is neither seconds "
+                                f"nor a date-time") from None
+    if not math.isfinite(x):
+        raise UserError(f"{name}: row {row}: the arrival time is not a finite number")
+    return x
+
+
+def _tokens(value, name: str, row: int, what: str) -> int:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name}: row {row}: {what} tokens {str(value)[:40]!r} is not a number") from None
+    if not (math.isfinite(x) and x == int(x) and 1 <= x <= MAX_TOKENS):
+        raise UserError(f"{name}: row {row}: {what} tokens must be a whole number from 1 to "
+                        f"{MAX_TOKENS:,} (got {str(value)[:40]})")
+    return int(x)
+
+
+def parse_trace(text: str, name: str) -> Requests:
+    """A trace file's requests, sorted by arrival, times counted from the first."""
+    rows: list = []
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                raise UserError(f"{name}: line {i} is not JSON") from None
+            if not isinstance(rec, dict):
+                raise UserError(f"{name}: line {i} is not a JSON object")
+            rows.append((i, rec))
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        if not reader.fieldnames:
+            raise UserError(f"{name}: empty trace (expected a CSV header or JSON Lines)")
+        rows = [(i, rec) for i, rec in enumerate(reader, 2)]
+    if not rows:
+        raise UserError(f"{name}: the trace holds no requests")
+    if len(rows) > MAX_REQUESTS:
+        raise UserError(f"{name}: {len(rows):,} requests; at most {MAX_REQUESTS:,} are simulated")
+    header = list(rows[0][1])
+    cols = {w: _column(header, w, name) for w in _COLUMNS}
+    t, inp, out = [], [], []
+    for i, rec in rows:
+        missing = [c for c in cols.values() if rec.get(c) in (None, "")]
+        if missing:
+            raise UserError(f"{name}: row {i} has no {missing[0]}")
+        t.append(_seconds(rec[cols["arrival"]], name, i))
+        inp.append(_tokens(rec[cols["input"]], name, i, "input"))
+        out.append(_tokens(rec[cols["output"]], name, i, "output"))
+    t = np.array(t)
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0]
+    return Requests(t, np.array(inp)[order], np.array(out)[order])

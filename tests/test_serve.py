@@ -1,0 +1,216 @@
+"""`serve`: engines stepped over request streams on the calibrated step times. Checked
+against predict_model (a static batch, a lone request), against queueing identities
+(Little's law, tokens conserved), for reproducibility and monotonicity, and for bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinesim.calibration.profile import resolve_profile
+from rooflinesim.cli.main import cli
+from rooflinesim.errors import UserError
+from rooflinesim.hardware import load_spec
+from rooflinesim.models.config import load_config
+from rooflinesim.models.deploy import Deployment
+from rooflinesim.models.workload import predict_model
+from rooflinesim.serve import engine
+from rooflinesim.serve.simulate import serve
+from rooflinesim.serve.traffic import Requests, parse_trace, random_requests
+
+H200 = load_spec("h200")
+FITTED = resolve_profile(H200, None)
+LLAMA = load_config("llama-3.1-8b")
+MIXTRAL = load_config("mixtral-8x7b")
+
+
+@pytest.mark.parametrize("model, d", [(LLAMA, Deployment()), (MIXTRAL, Deployment(tp=2, weights="fp8")),
+                                      (load_config("qwen2.5-7b"), Deployment(kv_cache="fp8"))],
+                         ids=["llama-8b", "mixtral-tp2-fp8", "qwen-7b-fp8kv"])
+@pytest.mark.parametrize("batch, prompt, gen", [(1, 2048, 64), (16, 512, 200), (64, 128, 32)])
+def test_a_static_batch_agrees_with_predict_model(model, d, batch, prompt, gen):
+    r = serve(model, H200, FITTED, d, random_requests(batch, prompt, gen), engine="static", max_num_seqs=batch)
+    one = predict_model(model, H200, FITTED, d, batch=batch, prompt=prompt, gen=gen)
+    m = r.metrics
+    assert m["mean_ttft_ms"] == pytest.approx(one.ttft_s * 1e3, rel=1e-9)  # (priced as predict_model prices it)
+    if gen > 1:  # predict_model averages four decode contexts; serve takes every step
+        assert m["mean_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)
+    assert m["mean_e2el_ms"] == pytest.approx(one.e2e_s * 1e3, rel=0.01)
+
+
+@pytest.mark.parametrize("model, d", [(LLAMA, Deployment()), (MIXTRAL, Deployment(tp=2, weights="fp8"))],
+                         ids=["llama-8b", "mixtral-tp2-fp8"])
+def test_a_lone_request_at_a_low_rate_takes_predict_models_times(model, d):
+    reqs = random_requests(40, 1500, 100, rate=0.1, seed=3)
+    m = serve(model, H200, FITTED, d, reqs, step_overhead_s=0.0).metrics
+    one = predict_model(model, H200, FITTED, d, batch=1, prompt=1500, gen=100)
+    assert m["median_ttft_ms"] == pytest.approx(one.ttft_s * 1e3, rel=0.01)
+    assert m["median_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)
+    assert m["median_queue_ms"] == pytest.approx(0, abs=1e-9)  # (most find the engine idle)
+
+
+def _run(n=400, rate=20.0, seed=1, **kw):
+    return serve(LLAMA, H200, FITTED, Deployment(),
+                 random_requests(n, 1024, 128, rate=rate, seed=seed, range_ratio=0.5), **kw)
+
+
+def test_littles_law_and_token_conservation():
+    r = _run()
+    s, m = r.served, r.metrics
+    # the step log's mean running count is the request rate times the time requests run
+    running = float((s.steps["sequences"] * s.steps["duration_s"]).sum() / s.steps["duration_s"].sum())
+    in_engine = float(np.mean(s.finish_s - s.scheduled_s))
+    busy = float(s.steps["duration_s"].sum())
+    assert running == pytest.approx(m["completed"] / busy * in_engine, rel=0.03)
+    # every output token but each request's first leaves a gap; every prompt token is computed once
+    assert s.itl_s.size == int((s.output_tokens - 1).sum())
+    assert int(s.steps["tokens"].sum()) == int(s.input_tokens.sum() + s.output_tokens.sum() - s.output_tokens.size)
+    assert np.all(s.first_token_s >= s.scheduled_s) and np.all(s.finish_s >= s.first_token_s)
+
+
+def test_the_same_seed_gives_the_same_answer():
+    a, b, c = _run(seed=5).metrics, _run(seed=5).metrics, _run(seed=6).metrics
+    assert a == b
+    assert a["mean_ttft_ms"] != c["mean_ttft_ms"]
+
+
+def test_latency_percentiles_grow_with_the_rate():
+    runs = [_run(n=300, rate=rate).metrics for rate in (2.0, 8.0, 16.0, 24.0)]  # (up to about saturation)
+    for key in ("p99_ttft_ms", "median_tpot_ms", "p99_e2el_ms", "output_throughput"):
+        values = [m[key] for m in runs]
+        assert values == sorted(values), key
+    assert _run(n=300, rate=math.inf).metrics["p99_ttft_ms"] > runs[-1]["p99_ttft_ms"]
+
+
+def test_throughput_stays_under_the_decode_ceiling():
+    from rooflinesim.serve.steps import StepTimes
+
+    r = _run(n=2000, rate=math.inf)
+    st_ = StepTimes(LLAMA, H200, FITTED, Deployment(), max_tokens=8192, max_seqs=1024, max_context=2048)
+    n = np.arange(1, 1025)
+    ceiling = float(np.max(n / (st_.dense_decode[1:] + st_.logits[1:])))  # (no attention: an upper bound)
+    assert r.metrics["output_throughput"] < ceiling
+
+
+def test_preemption_by_recompute_when_the_cache_runs_out():
+    r = _run(n=200, rate=math.inf, kv_tokens=60_000)
+    assert r.metrics["preemptions"] > 0 and r.metrics["completed"] == 200
+    s = r.served
+    assert s.itl_s.size == int((s.output_tokens - 1).sum())
+    assert np.all(np.isfinite(s.finish_s))
+    assert int(s.steps["kv_blocks_used"].max()) <= r.engine.kv_blocks
+
+
+@pytest.mark.parametrize("rate, kv", [(5.0, None), (50.0, None), (math.inf, 80_000)])
+def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, monkeypatch):
+    fast = _run(n=300, rate=rate, kv_tokens=kv).metrics
+    monkeypatch.setattr(engine._VllmV1, "stretches", False)
+    slow = _run(n=300, rate=rate, kv_tokens=kv).metrics
+    assert fast.keys() == slow.keys()
+    for k, v in fast.items():
+        assert v == pytest.approx(slow[k], rel=1e-9), k
+
+
+@settings(max_examples=15, deadline=None)
+@given(reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
+       budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
+       kv=st.sampled_from([4000, 50_000, 10**6]), concurrency=st.sampled_from([None, 1, 7]))
+def test_every_request_is_served_whatever_the_workload(reqs, budget, seqs, kv, concurrency):
+    t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
+    if int(((i + o + 15) // 16).max()) * 16 > kv:
+        kv = int(((i + o + 15) // 16).max()) * 16
+    r = serve(LLAMA, H200, FITTED, Deployment(), Requests(t - t[0], i, o), max_num_batched_tokens=max(budget, seqs),
+              max_num_seqs=seqs, kv_tokens=kv, concurrency=concurrency)
+    s = r.served
+    assert r.metrics["completed"] == len(reqs) and np.all(np.isfinite(s.finish_s))
+    assert np.all(s.arrival_s >= t - t[0] - 1e-12)
+    assert np.all(s.first_token_s > s.arrival_s) and np.all(s.finish_s >= s.first_token_s)
+    assert s.itl_s.size == int((o - 1).sum()) and np.all(s.itl_s > 0)
+    assert int(s.steps["sequences"].max()) <= seqs and int(s.steps["tokens"].max()) <= max(budget, seqs)
+
+
+def test_a_closed_loop_keeps_at_most_its_concurrency_in_flight():
+    r = _run(n=200, rate=math.inf, concurrency=8)
+    assert int(r.served.steps["sequences"].max()) <= 8
+    open_loop = _run(n=200, rate=math.inf)
+    assert r.metrics["median_ttft_ms"] < open_loop.metrics["median_ttft_ms"]  # (the client queues, not the engine)
+
+
+def test_traces_under_azure_names_and_json_lines():
+    csv_text = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:47.0,20,1\n")
+    r = parse_trace(csv_text, "azure.csv")
+    assert r.arrival_s.tolist() == pytest.approx([0.0, 0.31941, 4.3145790], abs=1e-5)
+    assert r.input_tokens.tolist() == [374, 20, 396] and r.output_tokens.tolist() == [44, 1, 109]
+    lines = "\n".join(json.dumps({"arrival_s": a, "input_tokens": 100, "output_tokens": 10}) for a in (3.0, 1.0))
+    j = parse_trace(lines, "t.jsonl")
+    assert j.arrival_s.tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "empty trace"),
+    ("a,b,c\n1,2,3\n", "no arrival column"),
+    ("arrival_s,input_tokens,output_tokens\n0,10,0\n", "output tokens must be"),
+    ("arrival_s,input_tokens,output_tokens\nsoon,10,5\n", "neither seconds"),
+    ("arrival_s,input_tokens,output_tokens\n0,1.5,5\n", "input tokens must be"),
+    ("arrival_s,input_tokens,output_tokens\nnan,10,5\n", "not a finite number"),
+    ('{"arrival_s": 0}\n[1]\n', "not a JSON object"),
+    ("arrival_s,input_tokens,output_tokens\n", "holds no requests"),
+])
+def test_bad_traces_are_one_sentence(text, says):
+    with pytest.raises(UserError, match=says):
+        parse_trace(text, "t.csv")
+
+
+def _cli(*args):
+    return CliRunner().invoke(cli, ["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *args])
+
+
+def test_cli_json_has_the_benchmark_clients_names():
+    r = _cli("--num-prompts", "60", "--rate", "8", "--goodput", "ttft:500", "--goodput", "tpot:30", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("completed", "duration_s", "request_throughput", "output_throughput", "total_token_throughput",
+                "request_goodput", "kv_cache_tokens", "step_overhead_source"):
+        assert key in out
+    for metric in ("ttft", "tpot", "itl", "e2el", "queue"):
+        for stat in ("mean", "median", "p90", "p99"):
+            assert f"{stat}_{metric}_ms" in out
+    assert out["completed"] == 60 and out["slo_ms"] == {"ttft": 500.0, "tpot": 30.0}
+    text = _cli("--num-prompts", "20")
+    assert text.exit_code == 0 and "time to first token" in text.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rate", "0"], "not a rate above 0"),
+    (["--rate", "-3"], "not a rate above 0"),
+    (["--rate", "fast"], "neither a number"),
+    (["--goodput", "ttft"], "expected KEY:MS"),
+    (["--goodput", "ttft:-1"], "above 0"),
+    (["--goodput", "latency:3"], "expected KEY:MS"),
+    (["--pp", "2"], "pipeline"),
+    (["--range-ratio", "1"], "range-ratio"),
+    (["--trace", "/nonexistent/trace.csv"], "trace"),
+    (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], "at least --max-num-seqs"),
+    (["--kv-cache-tokens", "100", "--input-len", "4000"], "KV blocks"),
+])
+def test_cli_bad_input_is_one_sentence_and_exit_2(args, says):
+    from rooflinesim.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
+    assert e.value.code == 2
+
+
+def test_cli_bad_input_messages(capsys):
+    from rooflinesim.cli.main import main
+
+    for args, says in ((["--rate", "0"], "rate above 0"), (["--pp", "2"], "pipeline")):
+        with pytest.raises(SystemExit):
+            main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *args])
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "Traceback" not in err
