@@ -20,7 +20,10 @@
 #                     evaluated once, then used for development (with its repeats
 #                     eager-holdout16b and -16-pinned: benchmarks/eager_repeat.py);
 #                     eager-holdout17.jsonl was measured before the last host fit and
-#                     evaluated once, after it (last command). eager-focus4.jsonl (fp32,
+#                     evaluated once, after it; eager-holdout18.jsonl, measured after it with
+#                     each case built and timed three times (the harness's eager default
+#                     since), evaluated once (last two commands). How far one process's host
+#                     times lie from another's: python benchmarks/eager_repeat.py --repeats. eager-focus4.jsonl (fp32,
 #                     TF32 and misaligned small GEMMs) is kept, not fitted: with it the
 #                     GEMM host fit got worse on every repeat of the sixteenth set (its
 #                     process ran slow: small GEMMs 1.2-1.5x the other files'). Every
@@ -48,3 +51,4 @@ rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gp
 rooflinesim validate "$d"/holdout14.jsonl "$d"/random-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout16.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout17.jsonl --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mode
