@@ -39,6 +39,7 @@ class ProfileView:
         self.gpu = data.get("gpu")
         self.kind = data.get("kind", "ideal")
         self.provenance = data.get("provenance", {})
+        self.validation = data.get("validation", {})
         self._kernels = data.get("kernels", {})
         self._collectives = data.get("collectives", {})
         self._host = data.get("host", {})

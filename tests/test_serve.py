@@ -214,3 +214,30 @@ def test_cli_bad_input_messages(capsys):
             main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *args])
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_intervals_hold_the_central_answer_and_widen_with_the_kernel_error():
+    reqs = random_requests(150, 1024, 64, rate=12.0, seed=4)
+    r = serve(LLAMA, H200, FITTED, Deployment(), reqs, interval_samples=12, seed=4)
+    assert set(r.sigmas) >= {"gemm", "attention", "memory"}
+    for key in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "output_throughput"):
+        lo, hi = r.interval[key]
+        assert lo <= r.metrics[key] <= hi and lo < hi, key
+    assert r.as_dict()["interval_level"] == 0.9
+    again = serve(LLAMA, H200, FITTED, Deployment(), reqs, interval_samples=12, seed=4)
+    assert again.interval == r.interval  # (the draws are seeded)
+    from rooflinesim.calibration.profile import IDEAL
+
+    ideal = serve(LLAMA, H200, IDEAL, Deployment(), reqs, interval_samples=12)
+    assert ideal.interval is None and "interval" not in ideal.as_dict()  # (no validation: no interval)
+
+
+def test_a_family_factor_scales_only_that_familys_kernels():
+    from rooflinesim.serve.steps import StepTimes
+
+    st_ = StepTimes(LLAMA, H200, FITTED, Deployment(), max_tokens=4096, max_seqs=256, max_context=4096)
+    slow = st_.scaled({"gemm": 2.0})
+    base = st_.step_s(64, 2000.0, samplers=64)
+    assert base < slow.step_s(64, 2000.0, samplers=64) < 2 * base
+    assert st_.scaled({}).step_s(64, 2000.0, samplers=64) == pytest.approx(base, rel=1e-12)
+    assert slow.attention_decode(64, 2000.0) == pytest.approx(st_.attention_decode(64, 2000.0), rel=1e-12)

@@ -106,13 +106,15 @@ def _goodput(ctx, param, values) -> dict:
               help="Requests from a CSV or JSON Lines file: arrival time, input and output tokens "
                    "(our column names or the Azure LLM inference traces').")
 @click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True, help="Random seed.")
+@click.option("--interval-samples", type=Size(min=0, max=1000), default=10, show_default=True,
+              help="Simulations with the kernel model's error drawn per family, for the intervals (0: none).")
 @click.option("--goodput", "goodput", multiple=True, callback=_goodput,
               help="SLOs in ms as KEY:MS (ttft, tpot, e2el), e.g. 'ttft:2000 tpot:50': adds request_goodput.")
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
           max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
-          num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed, goodput,
-          as_json):
+          num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed,
+          interval_samples, goodput, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
@@ -145,9 +147,12 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                   "burstiness": burstiness, "seed": seed}
     r = run(cfg, spec, prof, d, reqs, engine=engine, max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-            kv_tokens=kv_cache_tokens, step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None)
+            kv_tokens=kv_cache_tokens, step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None,
+            interval_samples=interval_samples, seed=seed)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
+    if interval_samples:
+        head["samples"] = interval_samples
     if as_json:
         emit_json({**head, **r.as_dict()})
         return
@@ -179,6 +184,19 @@ def _print(head: dict, r, d, spec) -> None:
     out.append("")
     names = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
              "e2el": "end-to-end latency", "queue": "queueing delay"}
-    out.append(table([(names[k], *(f"{m[f'{s}_{k}_ms']:.2f}" for s in ("mean", "median", "p90", "p99")))
+    iv = r.interval or {}
+
+    def cell(key):
+        x = f"{m[key]:.2f}"
+        return f"{x} [{iv[key][0]:.2f}, {iv[key][1]:.2f}]" if key in iv else x
+
+    out.append(table([(names[k], *(cell(f"{s}_{k}_ms") for s in ("mean", "median", "p90", "p99")))
                       for k in names], headers=("ms", "mean", "median", "p90", "p99")))
+    if r.samples:
+        out += ["", f"[low, high]: the middle {100 * 0.9:.0f}% of {r.samples} simulations with the kernel model's "
+                    f"cross-validated error drawn per family (sigma of log time: "
+                    + ", ".join(f"{f} {s:.2f}" for f, s in sorted(r.sigmas.items())) + ")"]
+    else:
+        out += ["", "no interval: " + ("--interval-samples 0" if "samples" not in head else
+                                       "the profile holds no validation")]
     echo(*out)

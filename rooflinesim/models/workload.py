@@ -118,6 +118,14 @@ class PhaseResult:
         np.add.at(out, layout.row_of, self.counts[:, None] * self.latency_s)
         return layout.names, out
 
+    def row_families(self) -> tuple:
+        """Per kernel name (``row_times``' rows): the family its kernels are validated in
+        (gemm, attention, moe, collective, memory)."""
+        out = [""] * len(self.priced.layout.names)
+        for k, r in zip(self.kernels, self.priced.layout.row_of.tolist()):
+            out[r] = out[r] or _FAMILY.get(k.cls.__name__, "memory")
+        return tuple(out)
+
     def _longest_bound(self, t: np.ndarray, peak: np.ndarray) -> list[str]:
         """Per table row: the bound, at its slowest point, of the row's longest kernel."""
         rows = len(self.priced.layout.names)
@@ -127,6 +135,9 @@ class PhaseResult:
                 top[r], longest[r] = ti, i
         bound = self.priced.bound
         return ["" if i is None else str(bound[i, peak[i]]) for i in longest]
+
+
+_FAMILY = {"Gemm": "gemm", "Attention": "attention", "MoE": "moe", "Collective": "collective"}
 
 
 def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment,

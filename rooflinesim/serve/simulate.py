@@ -4,10 +4,19 @@ stream of requests, and the benchmark client's metrics.
 
 Data-parallel replicas each get every dp-th request (round robin, as a load balancer
 without state does) and are simulated apart.
+
+Intervals: the profile's cross-validated error per kernel family (on shapes its fit did
+not see) is read as a log-normal spread of the true time about the predicted one, with
+sigma the larger of median |error| / 0.674 and p90 |error| / 1.645 (what a normal
+distribution of log errors would give); each of ``interval_samples`` simulations draws one
+factor per family (every kernel of a family shares it: errors within a family are taken
+as fully correlated, the cautious choice) and runs the same requests again; the interval
+of a metric holds the middle ``INTERVAL_LEVEL`` of its values over the draws.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +44,25 @@ ENGINES = {
 }
 
 
+INTERVAL_LEVEL = 0.9
+# the profile's cross-validated ops whose error stands for each family's (the largest)
+FAMILY_OPS = {"gemm": ("gemm",), "attention": ("attention",), "moe": ("moe",), "memory": ("copy", "rmsnorm"),
+              "collective": ("allreduce", "allgather", "reducescatter", "alltoall")}
+
+
+def family_sigmas(profile) -> dict:
+    """Per kernel family: sigma of the log of true over predicted time, from the profile's
+    cross-validated errors (empty for a profile with none: the ideal roofline)."""
+    cv = (getattr(profile, "validation", None) or {}).get("cross_validated", {})
+    out = {}
+    for family, ops in FAMILY_OPS.items():
+        found = [cv[o] for o in ops if o in cv and cv[o].get("n")]
+        if found:
+            out[family] = max(max(math.log1p(s["median_ape"]) / 0.6745, math.log1p(s["p90_ape"]) / 1.645)
+                              for s in found)
+    return out
+
+
 @dataclass(frozen=True)
 class ServeResult:
     metrics: dict
@@ -42,10 +70,16 @@ class ServeResult:
     engine: EngineParams
     kv_tokens: int
     replicas: int
+    interval: dict | None = None  # metric -> [low, high] over the draws of the kernels' error
+    sigmas: dict | None = None  # the per-family spreads drawn from
+    samples: int = 0
 
     def as_dict(self) -> dict:
         e = self.engine
-        return {**self.metrics, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
+        extra = {} if not self.samples else {
+            "interval": self.interval, "interval_level": INTERVAL_LEVEL, "interval_samples": self.samples,
+            "interval_family_sigma": self.sigmas}
+        return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
                 "replicas": self.replicas}
@@ -66,8 +100,10 @@ def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_u
 def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int = 16,
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
-          concurrency: int | None = None, slo_ms: dict | None = None) -> ServeResult:
-    """Simulate ``engine`` serving ``reqs`` on ``d`` (see the module's notes)."""
+          concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
+          seed: int = 0) -> ServeResult:
+    """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
+    intervals the kernel model's error gives (see the module's notes; ``seed`` draws them)."""
     from ..memory.budget import vllm_defaults
 
     if engine not in ENGINES:
@@ -86,11 +122,27 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = StepTimes(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                       max_context=max(longest, 2))
-    parts = [simulate(engine, _every(reqs, i, d.dp), steps, p,
-                      None if concurrency is None else max(1, _share(concurrency, d.dp, i)))
-             for i in range(min(d.dp, len(reqs)))]
-    served = parts[0] if len(parts) == 1 else _merge(parts)
-    return ServeResult(summary(served, slo_ms), served, p, kv_tokens, d.dp)
+    served = _replicas(engine, reqs, steps, p, d.dp, concurrency)
+    metrics = summary(served, slo_ms)
+    sigmas = family_sigmas(profile)
+    if not interval_samples or not sigmas:
+        return ServeResult(metrics, served, p, kv_tokens, d.dp)
+    rng = np.random.default_rng([int(seed), 20261201])
+    draws = []
+    for _ in range(int(interval_samples)):
+        factors = {f: float(np.exp(rng.normal(0.0, s))) for f, s in sorted(sigmas.items())}
+        draws.append(summary(_replicas(engine, reqs, steps.scaled(factors), p, d.dp, concurrency), slo_ms))
+    lo, hi = 50 * (1 - INTERVAL_LEVEL), 50 * (1 + INTERVAL_LEVEL)
+    interval = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
+                for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
+                for v in [[m[k] for m in draws]]}
+    return ServeResult(metrics, served, p, kv_tokens, d.dp, interval, sigmas, int(interval_samples))
+
+
+def _replicas(engine, reqs, steps, p, dp: int, concurrency) -> Served:
+    parts = [simulate(engine, _every(reqs, i, dp), steps, p, None if concurrency is None else
+                      max(1, _share(concurrency, dp, i))) for i in range(min(dp, len(reqs)))]
+    return parts[0] if len(parts) == 1 else _merge(parts)
 
 
 def _share(total: int, k: int, i: int) -> int:

@@ -19,6 +19,7 @@ context is found by pricing the model's phases at two contexts.
 from __future__ import annotations
 
 import bisect
+import copy
 import itertools
 import math
 
@@ -125,14 +126,41 @@ class StepTimes:
             Phase("decode", batch=dn.ravel(), seq_q=1, seq_kv=dc.ravel(), sequences=dn.ravel(), logits=0.0,
                   n=dn.size),
         ]
-        (_, dense_pre), (_, dense_dec), (_, with_logits), (_, att_pre), (_, att_dec) = (
-            r.row_times() for r in self._price(phases))
-        self.dense_prefill = np.concatenate([[0.0], dense_pre[~self.prefill_context].sum(axis=0)])
-        self.dense_decode = np.concatenate([[0.0], dense_dec[~self.decode_context].sum(axis=0)])
-        self.logits = np.concatenate([[0.0], with_logits.sum(axis=0) - dense_dec.sum(axis=0)])
+        priced = self._price(phases)
+        (_, dense_pre), (_, dense_dec), (_, with_logits), (_, att_pre), (_, att_dec) = (r.row_times() for r in priced)
+        fam_pre, fam_dec = priced[0].row_families(), priced[1].row_families()
+        self.families = tuple(sorted(set(fam_pre) | set(fam_dec)))
+        by = lambda rows, fams, keep: np.stack([  # noqa: E731  (per family: the kept rows' sum)
+            rows[keep & (np.array(fams) == f)].sum(axis=0) for f in self.families])
+        pad = lambda x: np.concatenate([np.zeros((x.shape[0], 1)), x], axis=1)  # noqa: E731  (index 0: none)
+        self._parts = {
+            "dense_prefill": pad(by(dense_pre, fam_pre, ~self.prefill_context)),
+            "dense_decode": pad(by(dense_dec, fam_dec, ~self.decode_context)),
+            "logits": pad(by(with_logits, fam_dec, np.ones(len(fam_dec), bool)) -
+                          by(dense_dec, fam_dec, np.ones(len(fam_dec), bool))),
+            "attention_prefill": by(att_pre, fam_pre, self.prefill_context),
+            "attention_decode": by(att_dec, fam_dec, self.decode_context),
+        }
+        self._families_of = (fam_pre, fam_dec)
+        self._combine(np.ones(len(self.families)))
+
+    def _combine(self, m: np.ndarray) -> None:
+        """The tables with each family's times multiplied by ``m`` (one factor a family)."""
+        self.multipliers = m
+        parts = self._parts
+        self.dense_prefill, self.dense_decode, self.logits = (m @ parts[k] for k in (
+            "dense_prefill", "dense_decode", "logits"))
         self.attention_prefill = LogTable([self.chunk_grid, self.q_grid, self.ctx_grid],
-                                             att_pre[self.prefill_context].sum(axis=0))
-        self.attention_decode = LogTable([self.n_grid, self.ctx_grid], att_dec[self.decode_context].sum(axis=0))
+                                          m @ parts["attention_prefill"])
+        self.attention_decode = LogTable([self.n_grid, self.ctx_grid], m @ parts["attention_decode"])
+
+    def scaled(self, multipliers: dict) -> "StepTimes":
+        """These step times with each family's kernel times multiplied by its factor
+        (``multipliers``: family -> factor; a family left out keeps 1)."""
+        out = copy.copy(self)
+        out._static = self._static  # (per family, shared)
+        out._combine(np.array([float(multipliers.get(f, 1.0)) for f in self.families]))
+        return out
 
     def decode_steps(self, n: int, context: np.ndarray) -> np.ndarray:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
@@ -148,11 +176,16 @@ class StepTimes:
             ctx = prompt + np.arange(1.0, max(output, 2))
             pre, dec = self._price([Phase("prefill", batch=batch, seq_q=prompt, seq_kv=prompt, sequences=batch),
                                     Phase("decode", batch=batch, seq_q=1, seq_kv=ctx, sequences=batch, n=ctx.size)])
-            steps = dec.step_s if output > 1 else np.zeros(0)
+            per = []
+            for r in (pre, dec):
+                _, rows = r.row_times()
+                fams = np.array(r.row_families())
+                per.append(np.stack([rows[fams == f].sum(axis=0) for f in self.families]))
             if len(self._static) > 256:
                 self._static.clear()
-            self._static[key] = (float(pre.step_s[0]), steps)
-        return self._static[key]
+            self._static[key] = (per[0][:, 0], per[1] if output > 1 else np.zeros((len(self.families), 0)))
+        pre_f, dec_f = self._static[key]
+        return float(self.multipliers @ pre_f), self.multipliers @ dec_f
 
     def _price(self, phases):
         return price_phases(self.model, self.spec, self.profile, self.d, phases)
