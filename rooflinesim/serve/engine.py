@@ -48,6 +48,9 @@ class EngineParams:
     step_overhead_s: float  # host time per step not hidden under the GPU's
 
 
+_sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
+
+
 def _blocks(tokens, block_size: int):
     return -(-tokens // block_size)
 
@@ -124,135 +127,161 @@ class _Sim:
                       {k: np.asarray(v) for k, v in self.log.items()})
 
 
+class _Running:
+    """The running requests, in scheduling order, as arrays: id, known tokens (prompt and
+    output so far), tokens computed, KV blocks held, tokens generated, output wanted, and
+    when each last produced a token."""
+
+    FIELDS = ("id", "tokens", "computed", "held", "generated", "output", "last")
+
+    def __init__(self):
+        for f in self.FIELDS:
+            setattr(self, f, np.zeros(0, dtype=float if f == "last" else np.int64))
+
+    @property
+    def size(self) -> int:
+        return self.id.size
+
+    def keep(self, mask) -> None:
+        for f in self.FIELDS:
+            setattr(self, f, getattr(self, f)[mask])
+
+    def add(self, rows: list) -> None:
+        """Append requests, each (id, tokens, computed, held, generated, output, last)."""
+        cols = list(zip(*rows))
+        for f, c in zip(self.FIELDS, cols):
+            old = getattr(self, f)
+            setattr(self, f, np.concatenate([old, np.array(c, dtype=old.dtype)]))
+
+
 class _VllmV1(_Sim):
     stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
 
     def run(self) -> Served:
         p, bs = self.p, self.p.block_size
         n = len(self.arrival)
-        tokens = self.prompt.copy()  # known tokens: prompt + output so far
-        computed = np.zeros(n, dtype=np.int64)
-        held = np.zeros(n, dtype=np.int64)  # KV blocks held
+        # requests not running: known tokens, tokens computed (0 once preempted), tokens generated
+        tokens = self.prompt.copy()
+        gen = np.zeros(n, dtype=np.int64)
         free = p.kv_blocks
         waiting: deque = deque()
-        running = np.zeros(0, dtype=np.int64)
+        run = _Running()
         done = 0
         while done < n:
             self.send_due(waiting)
-            if not waiting and running.size == 0:
+            if not waiting and run.size == 0:
                 self.now = self.due()
                 continue
-            if self.stretches and running.size and self._decode_stretch(running, waiting, tokens, computed, held, free):
-                free = p.kv_blocks - int(held.sum())
-                left = self.generated[running] < self.output[running]
-                ended = running[~left]
-                if ended.size:
-                    running = running[left]
-                    self.finish[ended] = self.now
-                    free += int(held[ended].sum())
-                    held[ended] = 0
-                    done += ended.size
-                    self.release(int(ended.size))
+            want = run.tokens - run.computed
+            if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
+                free = p.kv_blocks - int(_sum(run.held))
+                done += self._finish(run, tokens, gen)
+                free = p.kv_blocks - int(_sum(run.held))
                 continue
             budget = p.max_num_batched_tokens
             # 1. the running requests, in order, as far as the budget goes
-            want = tokens[running] - computed[running]
-            give = np.clip(budget - (np.cumsum(want) - want), 0, want)
-            need = np.where(give > 0, _blocks(computed[running] + give, bs) - held[running], 0)
+            give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
+            need = _blocks(run.computed + give, bs) - run.held  # (0 where given nothing: held covers computed)
             preempted = False
-            if need.sum() > free:
-                running, give, need, free = self._preempt(running, give, need, free, waiting, computed, held)
+            if int(_sum(need)) > free:
+                give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
+                want = run.tokens - run.computed
                 preempted = True
-            free -= int(need.sum())
-            held[running] += need
-            budget -= int(give.sum())
-            sched, taken = [running[give > 0]], [give[give > 0]]
+            free -= int(_sum(need))
+            run.held = run.held + need
+            budget -= int(_sum(give))
             # 2. waiting requests, in order, where nothing was preempted
-            admitted = []
-            if not preempted:
-                room = p.max_num_seqs - running.size
+            if not preempted and waiting:
+                room, rows, gives = p.max_num_seqs - run.size, [], []
                 while waiting and budget > 0 and room > 0:
                     i = waiting[0]
-                    g = min(int(tokens[i] - computed[i]), budget)
-                    b = int(_blocks(computed[i] + g, bs) - held[i])
+                    g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
+                    b = int(_blocks(g, bs))
                     if b > free:
                         break
                     waiting.popleft()
                     free -= b
-                    held[i] += b
                     budget -= g
                     room -= 1
-                    admitted.append(i)
+                    rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
+                    gives.append(g)
                     if np.isnan(self.scheduled[i]):
                         self.scheduled[i] = self.now
-                    sched.append(np.array([i]))
-                    taken.append(np.array([g]))
-                if admitted:
-                    running = np.concatenate([running, np.array(admitted, dtype=np.int64)])
-            idx = np.concatenate(sched)
-            g = np.concatenate(taken)
-            if idx.size == 0:  # (nothing fits: only a finishing request can free room)
+                if rows:
+                    run.add(rows)
+                    want = np.concatenate([want, run.tokens[-len(rows):]])
+                    give = np.concatenate([give, np.array(gives, dtype=np.int64)])
+            if not _count(give):  # (nothing fits: only a finishing request can free room)
                 raise UserError("the engine stalled: no request fits in the KV cache")
             # 3. the step: decode tokens and prefill chunks, priced
-            ctx = computed[idx] + g
-            decode = (tokens[idx] - computed[idx]) == 1
-            samples = ctx == tokens[idx]
-            chunk_tokens = int(g[~decode].sum())
+            ctx = run.computed + give
+            on = give > 0
+            decode = want == 1  # (a running request given nothing wants more than its budget share)
+            chunk = on & ~decode
+            samples = on & (ctx == run.tokens)
+            n_dec = _count(decode)
+            chunk_tokens = int(_sum(give[chunk]))
             dur = self.steps.step_s(
-                int(decode.sum()), float(ctx[decode].mean()) if decode.any() else 0.0,
-                int((~decode).sum()), chunk_tokens,
-                float((g[~decode] * ctx[~decode]).sum() / chunk_tokens) if chunk_tokens else 0.0,
-                int(samples.sum())) + p.step_overhead_s
-            self.record(self.now, dur, int(g.sum()), int(idx.size), p.kv_blocks - free)
+                n_dec, float(_sum(ctx[decode])) / n_dec if n_dec else 0.0, _count(chunk), chunk_tokens,
+                float(_sum(give[chunk] * ctx[chunk])) / chunk_tokens if chunk_tokens else 0.0,
+                _count(samples)) + p.step_overhead_s
+            self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free)
             self.now += dur
-            computed[idx] = ctx
+            run.computed = ctx
             # 4. tokens sampled, requests finished
-            s = idx[samples]
-            self.generated[s] += 1
-            tokens[s] += 1
-            firsts = s[self.generated[s] == 1]
-            self.first[firsts] = self.now
-            later = s[self.generated[s] > 1]
-            if later.size:
-                self.itl.append(self.now - self.last_token[later])
-            self.last_token[s] = self.now
-            ended = s[self.generated[s] >= self.output[s]]
-            if ended.size:
-                self.finish[ended] = self.now
-                free += int(held[ended].sum())
-                held[ended] = 0
-                running = running[self.generated[running] < self.output[running]]
-                done += ended.size
-                self.release(int(ended.size))
+            run.generated = run.generated + samples
+            run.tokens = run.tokens + samples
+            firsts = samples & (run.generated == 1)
+            if _count(firsts):
+                self.first[run.id[firsts]] = self.now
+            later = samples & (run.generated > 1)
+            if _count(later):
+                self.itl.append(self.now - run.last[later])
+            run.last = np.where(samples, self.now, run.last)
+            if _count(samples & (run.generated >= run.output)):
+                done += self._finish(run, tokens, gen)
+                free = p.kv_blocks - int(_sum(run.held))
         return self.served()
 
-    def _decode_stretch(self, running, waiting, tokens, computed, held, free) -> bool:
+    def _finish(self, run: _Running, tokens, gen) -> int:
+        """Requests that have all their output leave (their blocks freed); how many."""
+        ended = run.generated >= run.output
+        k = _count(ended)
+        if k:
+            ids = run.id[ended]
+            self.finish[ids] = self.now
+            self.generated[ids] = run.generated[ended]
+            self.last_token[ids] = run.last[ended]
+            run.keep(~ended)
+            self.release(k)
+        return k
+
+    def _decode_stretch(self, run: _Running, want, waiting, tokens, free) -> bool:
         """Steps in which nothing but the running requests' decodes can happen, taken at
         once: every running request decodes, no waiting request can be admitted (none
         waits, or no room or blocks for the first), up to the step in which the first
         running request finishes, a request is due, or the blocks would run out (which
         the step-by-step loop then handles). Each step is the one the loop would take."""
         p = self.p
-        if np.any(tokens[running] - computed[running] != 1):
+        n = run.size
+        if want.max() != 1 or want.min() != 1:
             return False
-        if waiting:
+        if waiting and n < p.max_num_seqs:
             i = waiting[0]
-            g = min(int(tokens[i] - computed[i]), p.max_num_batched_tokens - running.size)
-            if running.size < p.max_num_seqs and g > 0 and _blocks(computed[i] + g, p.block_size) - held[i] <= free:
+            g = min(int(tokens[i]), p.max_num_batched_tokens - n)
+            if g > 0 and _blocks(g, p.block_size) <= free:
                 return False
-        k = int((self.output[running] - self.generated[running]).min())
+        k = int((run.output - run.generated).min())
         if k < 2:
             return False
-        n = running.size
         due = self.due()
         if due < math.inf:  # (no more steps than fit before it at the least a step can take)
             floor = self.steps.dense_decode[n] + self.steps.logits[n] + p.step_overhead_s
             k = min(k, int((due - self.now) / floor) + 2)
-        c = computed[running]
+        c = run.computed
         j = np.arange(1, k + 1)
         if n * (k // p.block_size + 1) > free:  # (the blocks may run out: count them per step)
-            # new blocks by step j: the requests whose tokens so far open a block
-            grow = (_blocks(c[:, None] + j, p.block_size) - held[running][:, None]).clip(0).sum(axis=0)
+            grow = (_blocks(c[:, None] + j, p.block_size) - run.held[:, None]).clip(0).sum(axis=0)
             k = min(k, int(np.searchsorted(grow, free, side="right")))
             if k < 2:
                 return False
@@ -263,42 +292,44 @@ class _VllmV1(_Sim):
             dur, ends = dur[:k], ends[:k]
         if k < 2:
             return False
-        starts = ends - dur
         log = self.log
-        log["start_s"].extend(starts.tolist())
+        log["start_s"].extend((ends - dur).tolist())
         log["duration_s"].extend(dur.tolist())
         log["tokens"].extend([n] * k)
         log["sequences"].extend([n] * k)
         used = _blocks(c[:, None] + j[:k], p.block_size).sum(axis=0) if n * k <= 1 << 16 else \
             np.full(k, float(_blocks(c + k, p.block_size).sum()))
-        log["kv_blocks_used"].extend((p.kv_blocks - free - int(held[running].sum()) + used).tolist())
-        self.itl.append(np.concatenate([[ends[0] - self.last_token[running]], np.tile(dur[1:, None], (1, n))]).ravel())
-        computed[running] += k
-        tokens[running] += k
-        self.generated[running] += k
-        held[running] = _blocks(computed[running], p.block_size)
+        log["kv_blocks_used"].extend((p.kv_blocks - free - int(run.held.sum()) + used).tolist())
+        self.itl.append(np.concatenate([[ends[0] - run.last], np.tile(dur[1:, None], (1, n))]).ravel())
+        run.computed = c + k
+        run.tokens = run.tokens + k
+        run.generated = run.generated + k
+        run.held = _blocks(run.computed, p.block_size)
         self.now = float(ends[-1])
-        self.last_token[running] = self.now
+        run.last = np.full(n, self.now)
         return True
 
-    def _preempt(self, running, give, need, free, waiting, computed, held):
+    def _preempt(self, run: _Running, give, need, free, waiting, tokens, gen):
         """vLLM's preemption: while the first running request whose blocks do not fit is
         unmet, the last running request gives back its blocks and goes to the front of the
         queue to be recomputed (the unmet one too, when it is itself the last)."""
         while True:
             over = np.nonzero(np.cumsum(need) > free)[0]
             if over.size == 0:
-                return running, give, need, free
+                return give, need, free
             first = int(over[0])
-            victim = int(running[-1])
+            v = run.size - 1
+            victim = int(run.id[v])
             self.preemptions += 1
-            free += int(held[victim])
-            held[victim] = 0
-            computed[victim] = 0
+            free += int(run.held[v])
+            tokens[victim], gen[victim] = run.tokens[v], run.generated[v]
+            self.last_token[victim] = run.last[v]
             waiting.appendleft(victim)
-            running, give, need = running[:-1], give[:-1], need[:-1]
-            if first == running.size:  # (the unmet request was the last: preempted itself)
-                return running, give, need, free
+            keep = np.arange(run.size) < v
+            run.keep(keep)
+            give, need = give[:v], need[:v]
+            if first == v:  # (the unmet request was the last: preempted itself)
+                return give, need, free
 
 
 class _Static(_Sim):

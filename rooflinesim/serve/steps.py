@@ -153,6 +153,7 @@ class StepTimes:
         self.attention_prefill = LogTable([self.chunk_grid, self.q_grid, self.ctx_grid],
                                           m @ parts["attention_prefill"])
         self.attention_decode = LogTable([self.n_grid, self.ctx_grid], m @ parts["attention_decode"])
+        self._rows: dict = {}
 
     def scaled(self, multipliers: dict) -> "StepTimes":
         """These step times with each family's kernel times multiplied by its factor
@@ -162,10 +163,28 @@ class StepTimes:
         out._combine(np.array([float(multipliers.get(f, 1.0)) for f in self.families]))
         return out
 
+    def _decode_row(self, n: int) -> np.ndarray:
+        """The decode attention table's log times at ``n`` sequences over the context grid
+        (its interpolation in the sequences, done once per ``n``)."""
+        row = self._rows.get(n)
+        if row is None:
+            t = self.attention_decode
+            a = t._axes[0]
+            ln = math.log(n)
+            i = min(max(bisect.bisect_right(a, ln) - 1, 0), len(a) - 2)
+            w = min(max((ln - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0)
+            row = self._rows[n] = t.log_z[i] * (1 - w) + t.log_z[i + 1] * w
+        return row
+
+    def decode_attention(self, n: int, context):
+        """``attention_decode(n, context)`` for a context or an array of them (the same
+        interpolation, its first axis taken once per ``n``)."""
+        return np.exp(np.interp(np.log(context), self.attention_decode.axes[1], self._decode_row(n)))
+
     def decode_steps(self, n: int, context: np.ndarray) -> np.ndarray:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
         ``context`` tokens on average (an array: one step each)."""
-        return self.dense_decode[n] + self.logits[n] + self.attention_decode.many(n, context)
+        return self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context)
 
     def static_batch(self, batch: int, prompt: int, output: int) -> tuple[float, np.ndarray]:
         """A static batch, priced as ``predict_model`` prices it: its prompts' prefill
@@ -203,7 +222,7 @@ class StepTimes:
             raise ValueError(f"a step of {tokens} tokens is past the table's {self.max_tokens}")
         t = (self.dense_prefill[tokens] if chunk_n else self.dense_decode[decode_n]) + self.logits[samplers]
         if decode_n:
-            t += self.attention_decode(decode_n, decode_context)
+            t += float(self.decode_attention(decode_n, decode_context))
         if chunk_n:
             q = chunk_tokens / chunk_n
             t += self.attention_prefill(chunk_n, q, max(chunk_context, q))

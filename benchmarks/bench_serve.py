@@ -1,0 +1,60 @@
+"""Speed of `serve` (run: python benchmarks/bench_serve.py [--requests N]).
+
+Measures, on this machine, one core: building a deployment's step tables (once per
+deployment), and simulating N requests (default 10,000) of vLLM's random dataset (1024 in,
+256 out, range ratio 0.5) on vLLM v1's scheduler at a light, a moderate and a saturating
+rate, with no interval draws (each draw is one more simulation). Goal (README): 10,000
+requests in at most 1 s. Times are the minimum over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+CASES = [  # (label, model, deployment keywords, request rates)
+    ("llama-3.1-8b h200", "llama-3.1-8b", dict(), (5.0, 20.0, float("inf"))),
+    ("mixtral-8x7b h200 tp2 fp8", "mixtral-8x7b", dict(tp=2, weights="fp8"), (10.0, float("inf"))),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.serve.engine import EngineParams, simulate
+    from rooflinesim.serve.simulate import kv_cache_tokens
+    from rooflinesim.serve.steps import StepTimes
+    from rooflinesim.serve.traffic import random_requests
+
+    spec = load_spec("h200")
+    profile = resolve_profile(spec, None)
+    print(f"| deployment | rate (req/s) | requests | engine steps | simulated (s) | build tables (s) |")
+    print("|---|---|---|---|---|---|")
+    for label, name, kw, rates in CASES:
+        model, d = load_config(name), Deployment(**kw)
+        t0 = time.perf_counter()
+        steps = StepTimes(model, spec, profile, d, max_tokens=8192, max_seqs=1024, max_context=1536 + 384)
+        build = time.perf_counter() - t0
+        kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=0.9,
+                             max_num_batched_tokens=8192, max_num_seqs=1024)
+        p = EngineParams("vllm", 8192, 1024, 16, kv // 16, 1.5e-4)
+        for rate in rates:
+            reqs = random_requests(args.requests, 1024, 256, rate=rate, range_ratio=0.5, seed=1)
+            best, served = float("inf"), None
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                served = simulate("vllm", reqs, steps, p)
+                best = min(best, time.perf_counter() - t0)
+            print(f"| {label} | {rate:g} | {args.requests:,} | {len(served.steps['duration_s']):,} | {best:.2f} | "
+                  f"{build:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
