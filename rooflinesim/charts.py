@@ -194,3 +194,44 @@ def write_png(fig: go.Figure, path) -> None:
         raise UserError(f"cannot write {path}: PNG export needs kaleido ({PNG_INSTALL}) and a Chrome "
                         f"or Chromium browser ({reason[:120]})") from None
     write_bytes(path, data, "PNG")
+
+
+SERVE_POINTS = 4000  # points of each over-time trace a serving chart keeps (evenly spaced steps)
+
+
+def serve_figure(result, title: str = "") -> go.Figure:
+    """A simulated serving run: latency CDFs (TTFT, TPOT, inter-token, end to end) and, over
+    time, the requests running per step, the tokens per step and the KV cache in use."""
+    from plotly.subplots import make_subplots
+
+    s = result.served
+    ttft = (s.first_token_s - s.arrival_s) * 1e3
+    e2el = (s.finish_s - s.arrival_s) * 1e3
+    many = s.output_tokens > 1
+    tpot = (e2el[many] - ttft[many]) / (s.output_tokens[many] - 1)
+    fig = make_subplots(rows=2, cols=2, subplot_titles=(
+        "latency, cumulative share of requests (ITL: of gaps)", "requests running per step",
+        "tokens per step", "KV cache in use"), horizontal_spacing=0.09, vertical_spacing=0.14)
+    for name, x in (("TTFT", ttft), ("TPOT", tpot), ("ITL", s.itl_s * 1e3), ("E2EL", e2el)):
+        x = np.sort(np.asarray(x, dtype=float))
+        if x.size == 0:
+            continue
+        keep = np.unique(np.linspace(0, x.size - 1, min(x.size, SERVE_POINTS)).astype(int))
+        fig.add_trace(go.Scatter(x=x[keep], y=(keep + 1) / x.size, mode="lines", name=f"{name} (ms)",
+                                 hovertemplate=f"{name} %{{x:.2f}} ms: %{{y:.1%}}<extra></extra>"), row=1, col=1)
+    steps = s.steps
+    t = np.asarray(steps["start_s"], dtype=float)
+    keep = np.unique(np.linspace(0, max(t.size - 1, 0), min(t.size, SERVE_POINTS)).astype(int)) if t.size else t
+    blocks = max(result.engine.kv_blocks, 1)
+    for (row, col), key, name, scale in (((1, 2), "sequences", "running", 1.0), ((2, 1), "tokens", "tokens", 1.0),
+                                         ((2, 2), "kv_blocks_used", "KV cache used", 1.0 / blocks)):
+        y = np.asarray(steps[key], dtype=float)[keep] * scale
+        fig.add_trace(go.Scatter(x=t[keep], y=y, mode="lines", name=name, showlegend=True,
+                                 hovertemplate=f"t %{{x:.2f}} s: {name} %{{y}}<extra></extra>"), row=row, col=col)
+    fig.update_xaxes(type="log", title_text="ms", row=1, col=1)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.02], tickformat=".0%", row=2, col=2)
+    for row, col in ((1, 2), (2, 1), (2, 2)):
+        fig.update_xaxes(title_text="time (s)", row=row, col=col)
+    fig.update_layout(title=title, template="plotly_white", width=1150, height=720, legend={"orientation": "h"})
+    return fig

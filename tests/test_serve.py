@@ -241,3 +241,53 @@ def test_a_family_factor_scales_only_that_familys_kernels():
     assert base < slow.step_s(64, 2000.0, samplers=64) < 2 * base
     assert st_.scaled({}).step_s(64, 2000.0, samplers=64) == pytest.approx(base, rel=1e-12)
     assert slow.attention_decode(64, 2000.0) == pytest.approx(st_.attention_decode(64, 2000.0), rel=1e-12)
+
+
+def test_the_serving_chart_holds_the_run(tmp_path):
+    from rooflinesim.charts import serve_figure
+
+    r = _run(n=120, rate=10.0)
+    fig = serve_figure(r)
+    names = [t.name for t in fig.data]
+    assert names == ["TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2EL (ms)", "running", "tokens", "KV cache used"]
+    ttft = fig.data[0]
+    assert ttft.y[-1] == pytest.approx(1.0) and ttft.x[-1] == pytest.approx(
+        float(np.max(r.served.first_token_s - r.served.arrival_s)) * 1e3)
+    kv = fig.data[-1]
+    assert 0 < max(kv.y) <= 1
+    out = tmp_path / "serve.html"
+    args = ["--num-prompts", "40", "--rate", "5", "--interval-samples", "0", "--plot", str(out)]
+    res = _cli(*args)
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert "Plotly.newPlot" in html and "<script src=\"http" not in html
+    from rooflinesim.cli.main import main
+
+    with pytest.raises(SystemExit) as e:  # (an existing file is kept without --force)
+        main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *args])
+    assert e.value.code == 2 and out.read_text() == html
+
+
+CHROMIUM = __import__("shutil").which("chromium") or __import__("shutil").which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (.ci/run installs it)")
+def test_the_serving_chart_as_a_person_sees_it(tmp_path):
+    import subprocess
+
+    from PIL import Image
+
+    out = tmp_path / "serve.html"
+    assert _cli("--num-prompts", "200", "--rate", "15", "--interval-samples", "0", "--plot", str(out)).exit_code == 0
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1150,750", "--virtual-time-budget=5000"]
+    shot = tmp_path / "shot.png"
+    subprocess.run(flags + [f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120)
+    img = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    for area in (img[110:340, 90:540], img[110:340, 630:1080], img[430:650, 90:540]):  # three of the panels
+        inked = (np.abs(area - 255).sum(axis=2) > 60).mean()
+        assert 0.003 < inked < 0.7
+    dom = subprocess.run(flags + ["--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    for name in ("TTFT (ms)", "KV cache in use", "requests running per step"):
+        assert name in dom

@@ -110,11 +110,15 @@ def _goodput(ctx, param, values) -> dict:
               help="Simulations with the kernel model's error drawn per family, for the intervals (0: none).")
 @click.option("--goodput", "goodput", multiple=True, callback=_goodput,
               help="SLOs in ms as KEY:MS (ttft, tpot, e2el), e.g. 'ttft:2000 tpot:50': adds request_goodput.")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None,
+              help="Write an offline HTML chart: latency CDFs, and requests, tokens per step and KV-cache "
+                   "use over time.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
           max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
           num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed,
-          interval_samples, goodput, as_json):
+          interval_samples, goodput, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
@@ -125,6 +129,10 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
         raise UserError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must be at least --max-num-seqs "
                         f"({max_num_seqs}), as vLLM requires")
+    if plot is not None:
+        from ..files import output_path
+
+        output_path(plot, "HTML", force)
     cfg = load_model(model_name, fast=True)
     if weights is None:
         weights, note = cfg.weights_default()
@@ -153,6 +161,10 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
             **source, "max_concurrency": concurrency}
     if interval_samples:
         head["samples"] = interval_samples
+    if plot is not None:
+        from ..charts import serve_figure, write_html
+
+        write_html(serve_figure(r, f"{cfg.name} on {d.gpus} x {spec.name}, {engine}"), plot)
     if as_json:
         emit_json({**head, **r.as_dict()})
         return
