@@ -115,7 +115,7 @@ def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, monkeypatch)
         assert v == pytest.approx(slow[k], rel=1e-9), k
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
        budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
        kv=st.sampled_from([4000, 50_000, 10**6]), concurrency=st.sampled_from([None, 1, 7]))
@@ -291,3 +291,36 @@ def test_the_serving_chart_as_a_person_sees_it(tmp_path):
     dom = subprocess.run(flags + ["--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120).stdout
     for name in ("TTFT (ms)", "KV cache in use", "requests running per step"):
         assert name in dom
+
+
+def test_max_rate_meets_the_slos_and_a_tenth_more_does_not():
+    from rooflinesim.serve.simulate import max_rate
+
+    def make(rate):
+        return random_requests(300, 1024, 128, rate=rate, seed=2)
+
+    slos = {"p99_ttft_ms": 400.0, "p99_tpot_ms": 25.0}
+    rate, run, tried = max_rate(LLAMA, H200, FITTED, Deployment(), make, slos)
+    assert 0 < rate < math.inf and len(tried) == 11
+    assert all(run.metrics[k] <= v for k, v in slos.items())
+    faster = serve(LLAMA, H200, FITTED, Deployment(), make(rate * 1.1)).metrics
+    assert any(faster[k] > v for k, v in slos.items())
+
+
+@pytest.mark.parametrize("args", [["--max-rate"], ["--slo-ttft-p99", "soon"], ["--slo-tpot-p99", "-5ms"],
+                                  ["--max-rate", "--slo-ttft-p99", "1s", "--trace", "x.csv"]])
+def test_bad_slos_are_one_sentence(args):
+    from rooflinesim.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
+    assert e.value.code == 2
+
+
+def test_cli_reports_slos_and_the_share_of_draws_that_meet_them():
+    r = _cli("--num-prompts", "80", "--rate", "10", "--slo-ttft-p99", "300ms", "--slo-tpot-p99", "1s",
+             "--interval-samples", "5", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["slo"]["p99_tpot_ms"]["met"] is True and out["slo"]["p99_tpot_ms"]["limit"] == pytest.approx(1000)
+    assert 0 <= out["slo"]["p99_ttft_ms"]["met_share_of_draws"] <= 1 and "meets_slo" in out

@@ -8,7 +8,7 @@ import math
 import click
 
 from .common import (FRACTION, MAX_COUNT, POS, Real, Size, UserError, echo, emit_json, gpu_options, json_option,
-                     load_gpu, load_model, load_profile, profile_label, profile_option, table)
+                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table)
 
 PAR = Size(max=MAX_COUNT)
 MAX_PROMPTS = 10_000_000
@@ -110,6 +110,12 @@ def _goodput(ctx, param, values) -> dict:
               help="Simulations with the kernel model's error drawn per family, for the intervals (0: none).")
 @click.option("--goodput", "goodput", multiple=True, callback=_goodput,
               help="SLOs in ms as KEY:MS (ttft, tpot, e2el), e.g. 'ttft:2000 tpot:50': adds request_goodput.")
+@click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s or 500ms.")
+@click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
+@click.option("--slo-e2el-p99", default=None, help="SLO on the P99 end-to-end latency, e.g. 30s.")
+@click.option("--max-rate", is_flag=True,
+              help="Find the highest request rate (Poisson, or gamma with --burstiness) that meets the --slo-* "
+                   "targets, by bisection; reports the run at that rate.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None,
               help="Write an offline HTML chart: latency CDFs, and requests, tokens per step and KV-cache "
                    "use over time.")
@@ -118,13 +124,22 @@ def _goodput(ctx, param, values) -> dict:
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
           max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
           num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed,
-          interval_samples, goodput, plot, force, as_json):
+          interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
     from ..models.deploy import Deployment
+    from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
+    from ..serve.simulate import slo_report
     from ..serve.traffic import parse_trace, random_requests
+
+    slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
+            for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
+    if max_rate and trace_file is not None:
+        raise UserError("--max-rate varies the request rate of the random dataset; a --trace has its own arrivals")
+    if max_rate and not slos:
+        raise UserError("--max-rate needs an SLO to meet (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
 
     if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
         raise UserError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must be at least --max-num-seqs "
@@ -153,10 +168,21 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         source = {"dataset": "random", "input_len": input_len, "output_len": output_len,
                   "range_ratio": range_ratio, "request_rate": "inf" if math.isinf(rate) else rate,
                   "burstiness": burstiness, "seed": seed}
-    r = run(cfg, spec, prof, d, reqs, engine=engine, max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-            kv_tokens=kv_cache_tokens, step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None,
-            interval_samples=interval_samples, seed=seed)
+    options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                   block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
+                   step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed)
+    search = None
+    if max_rate:
+        def make(rate):
+            return random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
+                                   range_ratio=range_ratio, seed=seed)
+
+        rate, _, tried = find_max_rate(cfg, spec, prof, d, make, slos, **options)
+        reqs = make(rate)
+        source["request_rate"] = "inf" if math.isinf(rate) else rate
+        search = {"max_rate": "inf" if math.isinf(rate) else rate,
+                  "tried": [{"rate": "inf" if math.isinf(x) else x, "met": m} for x, m in tried]}
+    r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, **options)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
     if interval_samples:
@@ -165,13 +191,19 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         from ..charts import serve_figure, write_html
 
         write_html(serve_figure(r, f"{cfg.name} on {d.gpus} x {spec.name}, {engine}"), plot)
+    extra = {}
+    if slos:
+        extra["slo"] = slo_report(r.metrics, slos, r.draws)
+        extra["meets_slo"] = all(v["met"] for v in extra["slo"].values())
+    if search:
+        extra["max_rate_search"] = search
     if as_json:
-        emit_json({**head, **r.as_dict()})
+        emit_json({**head, **r.as_dict(), **extra})
         return
-    _print(head, r, d, spec)
+    _print(head, r, d, spec, extra)
 
 
-def _print(head: dict, r, d, spec) -> None:
+def _print(head: dict, r, d, spec, extra: dict) -> None:
     m, e = r.metrics, r.engine
     rate = head.get("request_rate")
     load = (f"trace {head['trace']}" if "trace" in head else
@@ -204,6 +236,14 @@ def _print(head: dict, r, d, spec) -> None:
 
     out.append(table([(names[k], *(cell(f"{s}_{k}_ms") for s in ("mean", "median", "p90", "p99")))
                       for k in names], headers=("ms", "mean", "median", "p90", "p99")))
+    if "max_rate_search" in extra:
+        rate = extra["max_rate_search"]["max_rate"]
+        out += ["", f"highest rate that meets the SLOs: {'every request at once' if rate == 'inf' else f'{rate:.3g} req/s'} "
+                    f"({len(extra['max_rate_search']['tried'])} runs)"]
+    for key, row in extra.get("slo", {}).items():
+        share = f"; met in {100 * row['met_share_of_draws']:.0f}% of the draws" if "met_share_of_draws" in row else ""
+        out.append(f"SLO {key.replace('_ms', '')} <= {row['limit']:.4g} ms: {row['value']:.4g} ms, "
+                   f"{'met' if row['met'] else 'missed'}{share}")
     if r.samples:
         out += ["", f"[low, high]: the middle {100 * 0.9:.0f}% of {r.samples} simulations with the kernel model's "
                     f"cross-validated error drawn per family (sigma of log time: "

@@ -264,7 +264,7 @@ class _VllmV1(_Sim):
         the step-by-step loop then handles). Each step is the one the loop would take."""
         p = self.p
         n = run.size
-        if want.max() != 1 or want.min() != 1:
+        if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
             return False
         if waiting and n < p.max_num_seqs:
             i = waiting[0]

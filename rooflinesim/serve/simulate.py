@@ -73,6 +73,7 @@ class ServeResult:
     interval: dict | None = None  # metric -> [low, high] over the draws of the kernels' error
     sigmas: dict | None = None  # the per-family spreads drawn from
     samples: int = 0
+    draws: list | None = None  # each draw's metrics
 
     def as_dict(self) -> dict:
         e = self.engine
@@ -136,7 +137,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     interval = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
                 for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
                 for v in [[m[k] for m in draws]]}
-    return ServeResult(metrics, served, p, kv_tokens, d.dp, interval, sigmas, int(interval_samples))
+    return ServeResult(metrics, served, p, kv_tokens, d.dp, interval, sigmas, int(interval_samples), draws)
 
 
 def _replicas(engine, reqs, steps, p, dp: int, concurrency) -> Served:
@@ -159,3 +160,48 @@ def _merge(parts: list) -> Served:
     steps = {k: np.concatenate([p.steps[k] for p in parts]) for k in parts[0].steps}
     return Served(cat("arrival_s"), cat("input_tokens"), cat("output_tokens"), cat("scheduled_s"),
                   cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps)
+
+
+def slo_report(metrics: dict, slos: dict, draws: list | None = None) -> dict:
+    """Each SLO (metric key -> limit, e.g. p99_ttft_ms: 2000) against the run's value, and
+    with interval draws the share of them that meet it too."""
+    out = {}
+    for key, limit in slos.items():
+        row = {"limit": limit, "value": metrics[key], "met": metrics[key] <= limit}
+        if draws:
+            row["met_share_of_draws"] = float(np.mean([d[key] <= limit for d in draws]))
+        out[key] = row
+    return out
+
+
+def max_rate(model, spec, profile, d: Deployment, make_requests, slos: dict, *, iterations: int = 10,
+             **options) -> tuple[float, ServeResult, list]:
+    """The highest request rate whose run meets every SLO of ``slos`` (metric key ->
+    limit), by bisection between 0 and the saturated request throughput (a run with every
+    request at t = 0); ``make_requests(rate)`` gives the workload at a rate. Returns the
+    rate, its run, and every (rate, met) tried."""
+    if not slos:
+        raise UserError("--max-rate needs an SLO to meet (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
+    tried = []
+
+    def run(rate: float):
+        r = serve(model, spec, profile, d, make_requests(rate), **options)
+        met = all(r.metrics[k] <= v for k, v in slos.items())
+        tried.append((rate, met))
+        return r, met
+
+    top, ok = run(math.inf)
+    if ok:
+        return math.inf, top, tried
+    lo, hi, best = 0.0, float(top.metrics["request_throughput"]), None
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        r, met = run(mid)
+        if met:
+            lo, best = mid, r
+        else:
+            hi = mid
+    if best is None:
+        raise UserError(f"no rate meets the SLOs: even {lo + (hi - lo) / 2:.3g} requests/s misses them "
+                        f"(at the lowest rates each request still takes its own prefill and decode time)")
+    return lo, best, tried
