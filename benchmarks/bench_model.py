@@ -6,6 +6,7 @@ Measures, on this machine, with the spec and calibration profile loaded once:
     per phase) on, a model's pricing is recorded once and replayed (models/recorded.py);
   * one vectorized sweep of decode steps over 1,000 (batch, context) points, and of
     prefills over 1,000 (batch, prompt) points;
+  * 1,000 random requests (batch, prompt, gen) priced as one array (predict_requests);
   * the cold wall time of one `predict model` CLI call in a fresh process;
   * with --parts, the first and second predictions of a shape (priced as written, and
     recorded), and where a replayed prediction's time goes.
@@ -144,6 +145,21 @@ def sweep_points(model, gpu, deploy, phase, n, repeats):
     return timed(once, repeats)
 
 
+def many_requests(model, gpu, deploy, n, repeats):
+    """``n`` random requests (batch, prompt, gen as in _requests) as one array
+    (``predict_requests``: each request's TTFT, TPOT and end-to-end latency)."""
+    from rooflinesim.models.workload import predict_requests
+
+    cfg, spec, prof, d = _setup(model, gpu, deploy)
+    reqs = _requests(n)
+    batch, prompt, gen = (np.array([r[k] for r in reqs]) for k in ("batch", "prompt", "gen"))
+
+    def once():
+        assert predict_requests(cfg, spec, prof, d, batch=batch, prompt=prompt, gen=gen).ttft_s.shape == (n,)
+
+    return timed(once, repeats)
+
+
 def cold_cli(runs: int) -> float:
     from bench_predict import cold_cli as run_cold
 
@@ -172,6 +188,9 @@ def main() -> None:
         for phase in ("decode", "prefill"):
             lo, med = sweep_points(model, gpu, deploy, phase, args.points, max(10, args.repeats // 5))
             out[f"{args.points}-point {phase} sweep, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
+    for label, model, gpu, deploy in CASES:
+        lo, med = many_requests(model, gpu, deploy, args.points, max(5, args.repeats // 10))
+        out[f"{args.points} requests as one array, {label} (ms, min / median)"] = (lo * 1e3, med * 1e3)
     out["cold CLI `predict model` (s, median)"] = cold_cli(5)
     if args.json:
         print(json.dumps(out, indent=2))
