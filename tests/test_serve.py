@@ -324,3 +324,32 @@ def test_cli_reports_slos_and_the_share_of_draws_that_meet_them():
     out = json.loads(r.output)
     assert out["slo"]["p99_tpot_ms"]["met"] is True and out["slo"]["p99_tpot_ms"]["limit"] == pytest.approx(1000)
     assert 0 <= out["slo"]["p99_ttft_ms"]["met_share_of_draws"] <= 1 and "meets_slo" in out
+
+
+@pytest.mark.parametrize("name, rows, in_mean, out_mean", [("azure-conv-2023", 19366, 1155, 211),
+                                                          ("azure-code-2023", 8819, 2048, 28)])
+def test_shipped_traffic_shapes_are_the_released_traces(name, rows, in_mean, out_mean):
+    from rooflinesim.serve.traffic import dataset_requests, datasets, load_dataset
+
+    assert name in datasets()
+    data = load_dataset(name)
+    # the row counts of the dataset's own notebook; the means the Splitwise authors' simulator states
+    assert data["requests"] == rows == len(data["input_tokens"]) == len(data["output_tokens"])
+    assert np.mean(data["input_tokens"]) == pytest.approx(in_mean, abs=0.5)
+    assert np.mean(data["output_tokens"]) == pytest.approx(out_mean, abs=0.5)
+    assert "CC-BY" in data["license"] and "Splitwise" in data["attribution"]
+    a = dataset_requests(name, 500, rate=4.0, seed=3)
+    b = dataset_requests(name, 500, rate=4.0, seed=3)
+    assert np.array_equal(a.input_tokens, b.input_tokens) and np.array_equal(a.arrival_s, b.arrival_s)
+    pairs = set(zip(data["input_tokens"], data["output_tokens"]))
+    assert all((i, o) in pairs for i, o in zip(a.input_tokens.tolist(), a.output_tokens.tolist()))
+
+
+@pytest.mark.parametrize("args", [["--dataset", "sharegpt"], ["--dataset", "azure-conv-2023", "--output-len", "9"],
+                                  ["--dataset", "azure-conv-2023", "--trace", "t.csv"]])
+def test_bad_dataset_choices_are_one_sentence(args):
+    from rooflinesim.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
+    assert e.value.code == 2

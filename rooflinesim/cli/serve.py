@@ -96,6 +96,10 @@ def _goodput(ctx, param, values) -> dict:
               help="Shape of the gamma inter-arrival gaps (1: Poisson; lower: burstier).")
 @click.option("--concurrency", "--max-concurrency", "concurrency", type=Size(max=MAX_PROMPTS), default=None,
               help="At most this many requests in flight (a closed loop, as --max-concurrency).")
+@click.option("--dataset", default="random", show_default=True,
+              help="random (vLLM's random dataset: --input-len, --output-len, --range-ratio), or a public "
+                   "traffic shape shipped as data: azure-conv-2023, azure-code-2023 (the Azure LLM inference "
+                   "traces' request lengths).")
 @click.option("--input-len", type=Size(max=MAX_LEN), default=1024, show_default=True,
               help="Random dataset: input tokens per request.")
 @click.option("--output-len", type=Size(max=MAX_LEN), default=128, show_default=True,
@@ -123,7 +127,7 @@ def _goodput(ctx, param, values) -> dict:
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
           max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
-          num_prompts, rate, burstiness, concurrency, input_len, output_len, range_ratio, trace_file, seed,
+          num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -132,10 +136,12 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report
-    from ..serve.traffic import parse_trace, random_requests
+    from ..serve.traffic import dataset_requests, load_dataset, parse_trace, random_requests
 
     slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
             for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
+    if trace_file is not None and dataset != "random":
+        raise UserError("give --dataset or --trace, not both")
     if max_rate and trace_file is not None:
         raise UserError("--max-rate varies the request rate of the random dataset; a --trace has its own arrivals")
     if max_rate and not slos:
@@ -162,6 +168,16 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 
         reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file))
         source = {"trace": click.format_filename(trace_file)}
+    elif dataset != "random":
+        ctx = click.get_current_context()
+        given = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio")
+                 if ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise UserError(f"{', '.join(given)} set the random dataset's lengths; --dataset {dataset} has its own")
+        meta = load_dataset(dataset)
+        reqs = dataset_requests(dataset, num_prompts, rate=rate, burstiness=burstiness, seed=seed)
+        source = {"dataset": dataset, "dataset_source": meta["source"], "dataset_license": meta["license"],
+                  "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness, "seed": seed}
     else:
         reqs = random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
                                range_ratio=range_ratio, seed=seed)
@@ -174,6 +190,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     search = None
     if max_rate:
         def make(rate):
+            if dataset != "random":
+                return dataset_requests(dataset, num_prompts, rate=rate, burstiness=burstiness, seed=seed)
             return random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
                                    range_ratio=range_ratio, seed=seed)
 
@@ -206,9 +224,14 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 def _print(head: dict, r, d, spec, extra: dict) -> None:
     m, e = r.metrics, r.engine
     rate = head.get("request_rate")
-    load = (f"trace {head['trace']}" if "trace" in head else
-            f"random {head['input_len']} in / {head['output_len']} out (range ratio {head['range_ratio']:g}), "
-            + ("all at t = 0" if rate == "inf" else f"{rate:g} req/s, burstiness {head['burstiness']:g}"))
+    sent = "all at t = 0" if rate == "inf" else f"{rate:g} req/s, burstiness {head.get('burstiness', 1):g}"
+    if "trace" in head:
+        load = f"trace {head['trace']}"
+    elif head["dataset"] == "random":
+        load = (f"random {head['input_len']} in / {head['output_len']} out (range ratio {head['range_ratio']:g}), "
+                + sent)
+    else:
+        load = f"{head['dataset']} request lengths ({head['dataset_source']}, {head['dataset_license']}), {sent}"
     if head.get("max_concurrency"):
         load += f", at most {head['max_concurrency']} in flight"
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({d.describe()}) [profile: {head['profile']}]",

@@ -8,7 +8,10 @@ with the semantics of vLLM's benchmark client (``vllm bench serve`` / benchmark_
   [L (1 - r), L (1 + r)] (the range ratio r in [0, 1), vLLM >= 0.8.4), at least 1;
 * a trace: arrival time, input and output tokens per request (CSV with a header, or JSON
   Lines), under our names or those of the Azure LLM inference traces
-  (TIMESTAMP, ContextTokens, GeneratedTokens).
+  (TIMESTAMP, ContextTokens, GeneratedTokens);
+* a public traffic shape (``DATASETS``): the (input, output) token pairs of a released trace,
+  shipped as data with its source (``rooflinesim/data/traffic-*.json``), drawn without
+  replacement while there are enough (as vLLM samples a dataset), sent at ``rate``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,39 @@ def random_requests(n: int, input_len: int, output_len: int, *, rate: float = ma
     rng = np.random.default_rng(seed)
     inputs = random_lengths(n, input_len, range_ratio, rng)
     outputs = random_lengths(n, output_len, range_ratio, rng)
+    return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
+
+
+def _data_dir():
+    from importlib.resources import files
+
+    return files("rooflinesim.data")
+
+
+def datasets() -> list[str]:
+    """The traffic shapes shipped as data, by name."""
+    return sorted(p.name[len("traffic-"):-len(".json")] for p in _data_dir().iterdir()
+                  if p.name.startswith("traffic-") and p.name.endswith(".json"))
+
+
+def load_dataset(name: str) -> dict:
+    """A shipped traffic shape: its source, licence and (input, output) token pairs."""
+    if name not in datasets():
+        raise UserError(f"unknown dataset '{name}'; known: random, {', '.join(datasets())}")
+    return json.loads((_data_dir() / f"traffic-{name}.json").read_text())
+
+
+def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: float = 1.0,
+                     seed: int = 0) -> Requests:
+    """``n`` requests of a shipped traffic shape (see the module's notes), sent at ``rate``."""
+    if not 1 <= n <= MAX_REQUESTS:
+        raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
+    data = load_dataset(name)
+    rng = np.random.default_rng(seed)
+    rows = len(data["input_tokens"])
+    pick = rng.choice(rows, size=n, replace=n > rows)
+    inputs = np.asarray(data["input_tokens"], dtype=np.int64)[pick]
+    outputs = np.asarray(data["output_tokens"], dtype=np.int64)[pick]
     return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
 
 
