@@ -74,13 +74,19 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--kv-dtype", "--kv", "kv_dtype", default=None, help="KV-cache dtype: bf16, fp16 or fp8.")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: the GPU's own).")
-@click.option("--engine", type=click.Choice(["vllm", "static"]), default="vllm", show_default=True,
-              help="vllm: vLLM v1's scheduler (chunked prefill, paged KV, preemption by recompute); "
-                   "static: static batches, for contrast.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "static"]), default="vllm",
+              show_default=True,
+              help="vllm: vLLM v1's scheduler (chunked prefill mixed into decode steps, paged KV, preemption by "
+                   "recompute); sglang: SGLang's (prefill batches first, KV reserved for future tokens, "
+                   "retraction); trtllm: TensorRT-LLM's in-flight batching (KV reserved to completion, no "
+                   "eviction); static: static batches, for contrast.")
 @click.option("--max-num-batched-tokens", type=POS, default=None,
-              help="Token budget of a step (default: vLLM's for the GPU).")
-@click.option("--max-num-seqs", type=POS, default=None, help="Most requests running at once (default: vLLM's).")
-@click.option("--block-size", type=Size(max=4096), default=16, show_default=True, help="KV block, in tokens.")
+              help="Token budget of a step (vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size, "
+                   "TensorRT-LLM's max_num_tokens; default: the engine's for the GPU).")
+@click.option("--max-num-seqs", type=POS, default=None,
+              help="Most requests running at once (default: the engine's).")
+@click.option("--block-size", type=Size(max=4096), default=None,
+              help="KV block, in tokens (default: the engine's: 16 vLLM, 1 SGLang, 32 TensorRT-LLM).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True,
               help="Share of each card the engine may use (sets the KV cache with the memory planner).")
 @click.option("--kv-cache-tokens", type=POS, default=None,

@@ -14,6 +14,33 @@ FCFS, chunked prefill always on:
     tokens they are given are free (a prompt longer than the budget left is chunked);
   * a request samples a token in the step that computes its last uncomputed token (the
     first at the end of its prefill); it finishes with its output and frees its blocks.
+``sglang``: SGLang's scheduler (python/sglang/srt/managers/scheduler.py, schedule_policy.py,
+schedule_batch.py), FCFS, mixed chunks off (its default):
+  * a step is a prefill batch whenever one can be formed, else a decode step of every
+    running request; a prompt in progress (chunked) continues first;
+  * a waiting request joins a prefill batch while the batch's prompt tokens stay under
+    ``max_prefill_tokens`` (the first may pass it) and the KV tokens left, less a
+    reservation for the running requests' future tokens (their remaining output, at most
+    4096 each, times ``new_token_ratio``) and for each admitted one's whole output (at
+    most 4096), cover its prompt; a prompt longer than the chunk budget
+    (``max_num_batched_tokens``: SGLang's chunked_prefill_size) is cut to it;
+  * ``new_token_ratio`` starts at 0.7, falls by (0.7 - 0.098) / 600 per decode step to
+    0.098, and is back at 0.7 when the server idles;
+  * a decode step needs a free KV token per running request; short of them, the running
+    requests with the fewest output tokens (the longest prompts among equals) are retracted
+    (their KV freed, back to the queue to be recomputed) until the free tokens cover 20
+    steps of the rest, and ``new_token_ratio`` becomes min(1, (tokens generated + 20 x
+    requests) / output tokens wanted) over the rest;
+  * KV pages of one token; at most ``max_num_seqs`` requests run (max_running_requests).
+``trtllm``: TensorRT-LLM's in-flight batching with its default capacity policy,
+GUARANTEED_NO_EVICT, and chunked context off (cpp/tensorrt_llm/batch_manager/
+capacityScheduler.cpp, microBatchScheduler.cpp; tensorrt_llm/llmapi/llm_args.py):
+  * a request is admitted, in order, only when the KV blocks (of ``block_size`` tokens) of
+    its whole prompt and output fit beside those reserved to completion for every request
+    in progress; the first that does not fit stops admission; nothing is ever evicted;
+  * a step takes the active requests in order, one token for each generating request and
+    the whole prompt for each new one, up to ``max_num_batched_tokens`` (max_num_tokens)
+    and ``max_num_seqs`` (max_batch_size); the first that would pass them ends the step.
 ``static``: static batching, for contrast: up to ``max_num_seqs`` waiting requests form a
 batch when the engine is free; their prompts are prefilled together, padded to the
 longest, and the batch decodes until its longest output is done (each request's own last
@@ -46,6 +73,7 @@ class EngineParams:
     block_size: int
     kv_blocks: int  # the KV cache, in blocks of one replica
     step_overhead_s: float  # host time per step not hidden under the GPU's
+    max_prefill_tokens: int = 16384  # sglang: prompt tokens of one prefill batch (its first request may pass it)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -63,7 +91,11 @@ def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: i
         return _VllmV1(reqs, steps, p, concurrency).run()
     if engine == "static":
         return _Static(reqs, steps, p, concurrency).run()
-    raise UserError(f"unknown engine '{engine}'; known: vllm, static")
+    if engine == "sglang":
+        return _SGLang(reqs, steps, p, concurrency).run()
+    if engine == "trtllm":
+        return _TrtLlm(reqs, steps, p, concurrency).run()
+    raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static")
 
 
 class _Sim:
@@ -373,4 +405,213 @@ class _Static(_Sim):
             self.now = float(ends[-1]) if ends.size else self.now
             done += b
             self.release(b)
+        return self.served()
+
+
+SGLANG_CLIP_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+SGLANG_RATIO_INIT, SGLANG_RATIO_MIN_FACTOR, SGLANG_RATIO_DECAY_STEPS = 0.7, 0.14, 600
+SGLANG_RETRACT_STEPS = 20
+
+
+class _SGLang(_Sim):
+    def run(self) -> Served:
+        p = self.p
+        n = len(self.arrival)
+        capacity = p.kv_blocks * p.block_size  # KV tokens
+        ratio_min = SGLANG_RATIO_INIT * SGLANG_RATIO_MIN_FACTOR
+        decay = (SGLANG_RATIO_INIT - ratio_min) / SGLANG_RATIO_DECAY_STEPS
+        ratio = SGLANG_RATIO_INIT
+        tokens = self.prompt.copy()  # known tokens (prompt, and output so far once retracted)
+        computed = np.zeros(n, dtype=np.int64)
+        gen = np.zeros(n, dtype=np.int64)
+        waiting: deque = deque()
+        running: list = []  # decoding requests, in order of admission
+        chunked = None  # the request whose prompt is part computed (not yet running)
+        used = 0  # KV tokens held
+        done = 0
+        while done < n:
+            self.send_due(waiting)
+            if not waiting and not running and chunked is None:
+                self.now = self.due()
+                ratio = SGLANG_RATIO_INIT
+                continue
+            # 1. a prefill batch, if one can be formed
+            free = capacity - used
+            reserved = sum(min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) for i in running) * ratio
+            rem_total, rem_input, rem_chunk = free - reserved, p.max_prefill_tokens, p.max_num_batched_tokens
+            batch = []  # (request, tokens computed in this step)
+            if chunked is not None:
+                i = chunked
+                g = min(int(tokens[i] - computed[i]), rem_chunk)
+                batch.append((i, g))
+                rem_total -= g
+                rem_input -= g
+                rem_chunk -= g
+            room = p.max_num_seqs - len(running) - len(batch)
+            while waiting and room > 0 and rem_chunk > 0:
+                i = waiting[0]
+                extend = int(tokens[i] - computed[i])
+                if extend + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) >= rem_total:
+                    break  # (no room for its prompt and output: the batch is full)
+                if extend >= rem_input and batch:
+                    break
+                waiting.popleft()
+                g = min(extend, rem_chunk)
+                batch.append((i, g))
+                if np.isnan(self.scheduled[i]):
+                    self.scheduled[i] = self.now
+                rem_total -= g + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS)
+                rem_input -= g
+                rem_chunk -= g
+                room -= 1
+                if g < extend:
+                    break  # (cut to the chunk budget: it goes on in the next prefill)
+            if batch:
+                ids = np.array([i for i, _ in batch])
+                g = np.array([x for _, x in batch])
+                ctx = computed[ids] + g
+                samples = ctx == tokens[ids]
+                dur = self.steps.step_s(0, 0.0, len(batch), int(g.sum()), float((g * ctx).sum() / g.sum()),
+                                        int(samples.sum())) + p.step_overhead_s
+                self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
+                self.now += dur
+                computed[ids] = ctx
+                used += int(g.sum())
+                chunked = None
+                for i, s in zip(ids.tolist(), samples.tolist()):
+                    if not s:
+                        chunked = i
+                    elif self._sample(i, tokens, gen):
+                        used -= int(computed[i])
+                        computed[i] = 0
+                        done += 1
+                    else:
+                        running.append(i)
+                continue
+            if not running:
+                raise UserError("the engine stalled: no request fits in the KV cache")
+            # 2. a decode step of every running request (retracting some where KV runs short)
+            if capacity - used < len(running):
+                used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
+            ids = np.array(running)
+            ctx = computed[ids] + 1
+            dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running)) + p.step_overhead_s
+            self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
+            self.now += dur
+            computed[ids] = ctx
+            used += len(running)
+            ratio = max(ratio_min, ratio - decay)
+            left = []
+            for i in running:
+                if self._sample(i, tokens, gen):
+                    used -= int(computed[i])
+                    computed[i] = 0
+                    done += 1
+                else:
+                    left.append(i)
+            running[:] = left
+        return self.served()
+
+    def _sample(self, i: int, tokens, gen) -> bool:
+        """Request ``i`` samples a token now; whether that was its last (it is done)."""
+        gen[i] += 1
+        tokens[i] += 1
+        if gen[i] == 1:
+            self.first[i] = self.now
+        else:
+            self.itl.append(np.array([self.now - self.last_token[i]]))
+        self.last_token[i] = self.now
+        if gen[i] >= self.output[i]:
+            self.finish[i] = self.now
+            self.generated[i] = gen[i]
+            self.release(1)
+            return True
+        return False
+
+    def _retract(self, running: list, waiting, tokens, computed, gen, used: int, capacity: int):
+        """SGLang's retract_decode: the fewest output tokens first (the longest prompt among
+        equals), at least one, until the free tokens cover 20 steps of the rest."""
+        order = sorted(running, key=lambda i: (int(gen[i]), -int(self.prompt[i])), reverse=True)
+        while order:
+            v = order.pop()
+            running.remove(v)
+            self.preemptions += 1
+            used -= int(computed[v])
+            computed[v] = 0
+            waiting.appendleft(v)
+            if capacity - used >= len(running) * SGLANG_RETRACT_STEPS:
+                break
+        wanted = sum(int(self.output[i]) for i in running)
+        ratio = min(1.0, (sum(int(gen[i]) for i in running) + SGLANG_RETRACT_STEPS * len(running)) / wanted) \
+            if wanted else SGLANG_RATIO_INIT
+        return used, ratio
+
+
+class _TrtLlm(_Sim):
+    def run(self) -> Served:
+        p, bs = self.p, self.p.block_size
+        n = len(self.arrival)
+        tokens = self.prompt.copy()
+        computed = np.zeros(n, dtype=np.int64)
+        gen = np.zeros(n, dtype=np.int64)
+        waiting: deque = deque()
+        active: list = []  # admitted requests, in order
+        reserved = 0  # KV blocks reserved to completion for the active requests
+        done = 0
+        for i in range(n):
+            if self.prompt[i] > p.max_num_batched_tokens:
+                raise UserError(f"a prompt of {int(self.prompt[i]):,} tokens is past max_num_tokens "
+                                f"({p.max_num_batched_tokens:,}); TensorRT-LLM's chunked context is off by default")
+        while done < n:
+            self.send_due(waiting)
+            if not waiting and not active:
+                self.now = self.due()
+                continue
+            # capacity: admit in order while the whole request's blocks fit
+            while waiting and len(active) < p.max_num_seqs:
+                i = waiting[0]
+                need = int(_blocks(self.prompt[i] + self.output[i], bs))
+                if reserved + need > p.kv_blocks:
+                    break
+                waiting.popleft()
+                reserved += need
+                active.append(i)
+                self.scheduled[i] = self.now
+            if not active:
+                raise UserError("the engine stalled: no request fits in the KV cache")
+            # the step: active requests in order, generation 1 token, context its whole prompt
+            budget, step = p.max_num_batched_tokens, []
+            for i in active:
+                g = int(tokens[i] - computed[i])
+                if g > budget or len(step) >= p.max_num_seqs:
+                    break
+                step.append((i, g))
+                budget -= g
+            ids = np.array([i for i, _ in step])
+            g = np.array([x for _, x in step])
+            ctx = computed[ids] + g
+            decode = g == 1
+            chunk = ~decode
+            n_dec, chunk_tokens = int(decode.sum()), int(g[chunk].sum())
+            dur = self.steps.step_s(n_dec, float(ctx[decode].mean()) if n_dec else 0.0, int(chunk.sum()),
+                                    chunk_tokens, float((g[chunk] * ctx[chunk]).sum() / chunk_tokens)
+                                    if chunk_tokens else 0.0, len(step)) + p.step_overhead_s
+            self.record(self.now, dur, int(g.sum()), len(step), reserved)
+            self.now += dur
+            computed[ids] = ctx
+            for i in ids.tolist():  # (every scheduled request computes all it has, and samples)
+                gen[i] += 1
+                tokens[i] += 1
+                if gen[i] == 1:
+                    self.first[i] = self.now
+                else:
+                    self.itl.append(np.array([self.now - self.last_token[i]]))
+                self.last_token[i] = self.now
+                if gen[i] >= self.output[i]:
+                    self.finish[i] = self.now
+                    self.generated[i] = gen[i]
+                    reserved -= int(_blocks(self.prompt[i] + self.output[i], bs))
+                    active.remove(i)
+                    done += 1
+                    self.release(1)
         return self.served()

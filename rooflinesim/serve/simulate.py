@@ -40,8 +40,37 @@ ENGINES = {
         "vLLM v1 runs its scheduler in an engine-core process that overlaps the GPU; the gap "
         "between decode steps with the host work overlapped was 150-170 us (vllm-project/vllm "
         "PR 11133); without the overlap it measured 5-6 ms at batch 256 (issue 10634)")),
+    "sglang": EngineDefaults(0.0, (
+        "SGLang's overlap scheduler (on by default) prepares a batch while the GPU runs the one "
+        "before; its v0.4 release post shows no GPU idle time between decode batches "
+        "(lmsys.org blog, 2024-12-04)")),
+    "trtllm": EngineDefaults(0.0, (
+        "TensorRT-LLM's overlap scheduler (on by default) runs the host work of a step while the "
+        "GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler)")),
     "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
 }
+GIB = 2 ** 30
+
+
+def engine_limits(engine: str, model, spec, kv_tokens: int | None = None) -> dict:
+    """The engine's own defaults for the deployment's GPU: the token budget of a step, the
+    most requests running, the KV block (tokens), and SGLang's prefill batch limit."""
+    from ..memory.budget import vllm_defaults
+
+    if engine == "sglang":  # (server_args.py: chunked_prefill_size by GPU memory; scheduler.py)
+        gib = spec.memory.capacity_bytes / GIB
+        chunk = 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
+        seqs = 4096
+        if kv_tokens is not None:
+            context = model.max_position_embeddings or 4096
+            pool = min(max(int(kv_tokens / context * 512), 2048), 4096)
+            seqs = max(1, min(kv_tokens // 2, pool))
+        return {"max_num_batched_tokens": chunk, "max_num_seqs": seqs, "block_size": 1,
+                "max_prefill_tokens": 16384}
+    if engine == "trtllm":  # (llm_args.py: max_num_tokens, max_batch_size; KvCacheConfig tokens_per_block)
+        return {"max_num_batched_tokens": 8192, "max_num_seqs": 2048, "block_size": 32, "max_prefill_tokens": 16384}
+    mnbt, seqs = vllm_defaults(spec, spec.memory.capacity_bytes)
+    return {"max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "block_size": 16, "max_prefill_tokens": 16384}
 
 
 INTERVAL_LEVEL = 0.9
@@ -99,27 +128,29 @@ def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_u
 
 
 def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
-          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int = 16,
+          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int | None = None,
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them)."""
-    from ..memory.budget import vllm_defaults
-
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
-    mnbt, seqs = vllm_defaults(spec, spec.memory.capacity_bytes)
-    mnbt, seqs = int(max_num_batched_tokens or mnbt), int(max_num_seqs or seqs)
-    if kv_tokens is None:
-        kv_tokens = kv_cache_tokens(model, spec, d, block_size=block_size,
-                                    gpu_memory_utilization=gpu_memory_utilization,
-                                    max_num_batched_tokens=mnbt, max_num_seqs=seqs)
+    base = engine_limits(engine, model, spec)
+    block_size = int(block_size or base["block_size"])
+    mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
+    if kv_tokens is None:  # (the vLLM memory budget: the profiling pass at vLLM's limits)
+        v = engine_limits("vllm", model, spec)
+        kv_tokens = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
+                                    max_num_batched_tokens=v["max_num_batched_tokens"],
+                                    max_num_seqs=v["max_num_seqs"])
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
+    seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv_tokens)["max_num_seqs"])
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
-                     ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s))
+                     ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
+                     base["max_prefill_tokens"])
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = StepTimes(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                       max_context=max(longest, 2))
