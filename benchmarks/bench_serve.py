@@ -35,7 +35,7 @@ def main() -> None:
 
     spec = load_spec("h200")
     profile = resolve_profile(spec, None)
-    print(f"| deployment | rate (req/s) | requests | engine steps | simulated (s) | build tables (s) |")
+    print("| deployment | rate (req/s) | requests | engine steps | simulated (s) | build tables (s) |")
     print("|---|---|---|---|---|---|")
     for label, name, kw, rates in CASES:
         model, d = load_config(name), Deployment(**kw)

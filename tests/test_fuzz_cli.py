@@ -73,6 +73,7 @@ BASE = {
     ("fit",): ["--model", "llama-3-8b"],
     ("formula",): ["gemm"],
     ("roofline",): ["--model", "llama-3-8b", "-o", "HTML", "--force"],
+    ("serve",): ["--model", "llama-3-8b", "--num-prompts", "5", "--output-len", "16", "--interval-samples", "0"],
     ("calibrate",): ["MEAS", "--gpu", "h200", "-o", "EXISTING"],
     ("validate",): ["MEAS", "--gpu", "h200"],
     ("harness", "run"): ["--list"],

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 

@@ -15,6 +15,8 @@ MAX_PROMPTS = 10_000_000
 MAX_LEN = 10_000_000
 MAX_RATE = 1e9
 MAX_OVERHEAD_S = 10.0
+MAX_STEP_TOKENS = 1 << 20  # a step's token budget (the step tables hold one entry per token count)
+MAX_SEQS = 1 << 16
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
@@ -80,10 +82,10 @@ def _goodput(ctx, param, values) -> dict:
                    "recompute); sglang: SGLang's (prefill batches first, KV reserved for future tokens, "
                    "retraction); trtllm: TensorRT-LLM's in-flight batching (KV reserved to completion, no "
                    "eviction); static: static batches, for contrast.")
-@click.option("--max-num-batched-tokens", type=POS, default=None,
+@click.option("--max-num-batched-tokens", type=Size(max=MAX_STEP_TOKENS), default=None,
               help="Token budget of a step (vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size, "
                    "TensorRT-LLM's max_num_tokens; default: the engine's for the GPU).")
-@click.option("--max-num-seqs", type=POS, default=None,
+@click.option("--max-num-seqs", type=Size(max=MAX_SEQS), default=None,
               help="Most requests running at once (default: the engine's).")
 @click.option("--block-size", type=Size(max=4096), default=None,
               help="KV block, in tokens (default: the engine's: 16 vLLM, 1 SGLang, 32 TensorRT-LLM).")
@@ -183,12 +185,12 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         meta = load_dataset(dataset)
         reqs = dataset_requests(dataset, num_prompts, rate=rate, burstiness=burstiness, seed=seed)
         source = {"dataset": dataset, "dataset_source": meta["source"], "dataset_license": meta["license"],
-                  "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness, "seed": seed}
+                  "request_rate": None if math.isinf(rate) else rate, "all_at_once": math.isinf(rate), "burstiness": burstiness, "seed": seed}
     else:
         reqs = random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
                                range_ratio=range_ratio, seed=seed)
         source = {"dataset": "random", "input_len": input_len, "output_len": output_len,
-                  "range_ratio": range_ratio, "request_rate": "inf" if math.isinf(rate) else rate,
+                  "range_ratio": range_ratio, "request_rate": None if math.isinf(rate) else rate, "all_at_once": math.isinf(rate),
                   "burstiness": burstiness, "seed": seed}
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
@@ -203,9 +205,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 
         rate, _, tried = find_max_rate(cfg, spec, prof, d, make, slos, **options)
         reqs = make(rate)
-        source["request_rate"] = "inf" if math.isinf(rate) else rate
-        search = {"max_rate": "inf" if math.isinf(rate) else rate,
-                  "tried": [{"rate": "inf" if math.isinf(x) else x, "met": m} for x, m in tried]}
+        source["request_rate"], source["all_at_once"] = (None if math.isinf(rate) else rate), math.isinf(rate)
+        search = {"max_rate": None if math.isinf(rate) else rate, "all_at_once_meets": math.isinf(rate),
+                  "tried": [{"rate": None if math.isinf(x) else x, "met": m} for x, m in tried]}
     r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, **options)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
@@ -229,8 +231,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 
 def _print(head: dict, r, d, spec, extra: dict) -> None:
     m, e = r.metrics, r.engine
-    rate = head.get("request_rate")
-    sent = "all at t = 0" if rate == "inf" else f"{rate:g} req/s, burstiness {head.get('burstiness', 1):g}"
+    rate = "all" if head.get("all_at_once") else head.get("request_rate")
+    sent = "all at t = 0" if rate == "all" else f"{rate:g} req/s, burstiness {head.get('burstiness', 1):g}"
     if "trace" in head:
         load = f"trace {head['trace']}"
     elif head["dataset"] == "random":
@@ -267,7 +269,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                       for k in names], headers=("ms", "mean", "median", "p90", "p99")))
     if "max_rate_search" in extra:
         rate = extra["max_rate_search"]["max_rate"]
-        out += ["", f"highest rate that meets the SLOs: {'every request at once' if rate == 'inf' else f'{rate:.3g} req/s'} "
+        out += ["", f"highest rate that meets the SLOs: {'every request at once' if rate is None else f'{rate:.3g} req/s'} "
                     f"({len(extra['max_rate_search']['tried'])} runs)"]
     for key, row in extra.get("slo", {}).items():
         share = f"; met in {100 * row['met_share_of_draws']:.0f}% of the draws" if "met_share_of_draws" in row else ""

@@ -407,6 +407,11 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
                       None if min_tp is None else min_tp * s.par.pp, min_tp, warnings)
 
 
+def gib(x: float) -> float:
+    """Bytes in GiB (for messages)."""
+    return x / 2**30
+
+
 def _low_room_warning(b: StageBudget, s: Setup) -> str | None:
     """A sentence when the KV room is under ``low_kv_room_fraction`` of the budget."""
     share = b.kv_room / b.budget_bytes if b.budget_bytes else 0.0

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..dtypes import bytes_per_element, dtype as _dtype
+from ..dtypes import dtype as _dtype
 from ..errors import UserError
 
 WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "int8", "int4")

@@ -501,15 +501,19 @@ class _SGLang(_Sim):
             computed[ids] = ctx
             used += len(running)
             ratio = max(ratio_min, ratio - decay)
-            left = []
-            for i in running:
-                if self._sample(i, tokens, gen):
-                    used -= int(computed[i])
-                    computed[i] = 0
-                    done += 1
-                else:
-                    left.append(i)
-            running[:] = left
+            gen[ids] += 1  # (every running request has its first token: each leaves a gap)
+            tokens[ids] += 1
+            self.itl.append(self.now - self.last_token[ids])
+            self.last_token[ids] = self.now
+            ended = ids[gen[ids] >= self.output[ids]]
+            if ended.size:
+                self.finish[ended] = self.now
+                self.generated[ended] = gen[ended]
+                used -= int(computed[ended].sum())
+                computed[ended] = 0
+                done += ended.size
+                self.release(int(ended.size))
+                running[:] = ids[gen[ids] < self.output[ids]].tolist()
         return self.served()
 
     def _sample(self, i: int, tokens, gen) -> bool:
@@ -580,38 +584,35 @@ class _TrtLlm(_Sim):
             if not active:
                 raise UserError("the engine stalled: no request fits in the KV cache")
             # the step: active requests in order, generation 1 token, context its whole prompt
-            budget, step = p.max_num_batched_tokens, []
-            for i in active:
-                g = int(tokens[i] - computed[i])
-                if g > budget or len(step) >= p.max_num_seqs:
-                    break
-                step.append((i, g))
-                budget -= g
-            ids = np.array([i for i, _ in step])
-            g = np.array([x for _, x in step])
+            act = np.array(active)
+            want = tokens[act] - computed[act]
+            fits = (np.cumsum(want) <= p.max_num_batched_tokens) & (np.arange(act.size) < p.max_num_seqs)
+            k = int(np.argmin(fits)) if not fits.all() else act.size  # (the first that would pass ends it)
+            ids, g = act[:k], want[:k]
             ctx = computed[ids] + g
             decode = g == 1
             chunk = ~decode
             n_dec, chunk_tokens = int(decode.sum()), int(g[chunk].sum())
             dur = self.steps.step_s(n_dec, float(ctx[decode].mean()) if n_dec else 0.0, int(chunk.sum()),
                                     chunk_tokens, float((g[chunk] * ctx[chunk]).sum() / chunk_tokens)
-                                    if chunk_tokens else 0.0, len(step)) + p.step_overhead_s
-            self.record(self.now, dur, int(g.sum()), len(step), reserved)
+                                    if chunk_tokens else 0.0, int(ids.size)) + p.step_overhead_s
+            self.record(self.now, dur, int(g.sum()), int(ids.size), reserved)
             self.now += dur
             computed[ids] = ctx
-            for i in ids.tolist():  # (every scheduled request computes all it has, and samples)
-                gen[i] += 1
-                tokens[i] += 1
-                if gen[i] == 1:
-                    self.first[i] = self.now
-                else:
-                    self.itl.append(np.array([self.now - self.last_token[i]]))
-                self.last_token[i] = self.now
-                if gen[i] >= self.output[i]:
-                    self.finish[i] = self.now
-                    self.generated[i] = gen[i]
-                    reserved -= int(_blocks(self.prompt[i] + self.output[i], bs))
-                    active.remove(i)
-                    done += 1
-                    self.release(1)
+            gen[ids] += 1  # (every scheduled request computes all it has, and samples)
+            tokens[ids] += 1
+            first = gen[ids] == 1
+            self.first[ids[first]] = self.now
+            if (~first).any():
+                self.itl.append(self.now - self.last_token[ids[~first]])
+            self.last_token[ids] = self.now
+            ended = ids[gen[ids] >= self.output[ids]]
+            if ended.size:
+                self.finish[ended] = self.now
+                self.generated[ended] = gen[ended]
+                reserved -= int(_blocks(self.prompt[ended] + self.output[ended], bs).sum())
+                gone = set(ended.tolist())
+                active = [i for i in active if i not in gone]
+                done += ended.size
+                self.release(int(ended.size))
         return self.served()
