@@ -152,8 +152,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
                      base["max_prefill_tokens"])
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
-    steps = StepTimes(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
-                      max_context=max(longest, 2))
+    steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
+                       max_context=max(longest, 2))
     served = _replicas(engine, reqs, steps, p, d.dp, concurrency)
     metrics = summary(served, slo_ms)
     sigmas = family_sigmas(profile)
@@ -175,6 +175,27 @@ def _replicas(engine, reqs, steps, p, dp: int, concurrency) -> Served:
     parts = [simulate(engine, _every(reqs, i, dp), steps, p, None if concurrency is None else
                       max(1, _share(concurrency, dp, i))) for i in range(min(dp, len(reqs)))]
     return parts[0] if len(parts) == 1 else _merge(parts)
+
+
+_STEP_TABLES: dict = {}
+KEPT_TABLES = 16
+
+
+def step_times(model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs: int, max_context: int) -> StepTimes:
+    """The step tables of a deployment, kept for the next run of the same deployment (a rate
+    search runs a dozen): by the identity of the model and spec (frozen), the values of the
+    profile's parameters (``Profile.key``), the deployment and the limits (the answer never
+    depends on what ran before)."""
+    key = (id(model), id(spec), profile.key() if hasattr(profile, "key") else (id(profile),), d.tp, d.pp, d.ep,
+           d.weights, d.activations, d.kv_cache, d.attention, d.group_size, d.sequence_parallel, d.eager,
+           max_tokens, max_seqs, max_context)
+    found = _STEP_TABLES.get(key)
+    if found is None:
+        if len(_STEP_TABLES) >= KEPT_TABLES:
+            _STEP_TABLES.pop(next(iter(_STEP_TABLES)))
+        found = _STEP_TABLES[key] = ((model, spec, profile), StepTimes(
+            model, spec, profile, d, max_tokens=max_tokens, max_seqs=max_seqs, max_context=max_context))
+    return found[1]
 
 
 def _share(total: int, k: int, i: int) -> int:
