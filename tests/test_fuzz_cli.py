@@ -74,6 +74,9 @@ BASE = {
     ("formula",): ["gemm"],
     ("roofline",): ["--model", "llama-3-8b", "-o", "HTML", "--force"],
     ("serve",): ["--model", "llama-3-8b", "--num-prompts", "5", "--output-len", "16", "--interval-samples", "0"],
+    ("plan",): ["--model", "llama-3-8b", "--rate", "2", "--slo-tpot-p99", "50ms", "--gpu", "h100", "--weights",
+                "bf16", "--max-gpus", "1", "--num-prompts", "10", "--output-len", "16", "--interval-samples", "0",
+                "--jobs", "1"],
     ("calibrate",): ["MEAS", "--gpu", "h200", "-o", "EXISTING"],
     ("validate",): ["MEAS", "--gpu", "h200"],
     ("harness", "run"): ["--list"],
@@ -85,7 +88,10 @@ BASE_EXIT = {("calibrate",): 2}  # (an existing -o: refused before the slow fit)
 # (calibrate --force: a fit; harness --worker and --run-id are internal)
 NOT_FUZZED = {"--spec-file", "--overheads", "--measured", "--output", "-o", "--png", "--plot", "--cases",
               "--out", "--worker", "--run-id", "--help"}
-NOT_FUZZED_IN = {("calibrate",): {"--force"}, ("harness", "run"): {"--list"}}
+NOT_FUZZED_IN = {("calibrate",): {"--force"}, ("harness", "run"): {"--list"},
+                 # (plan: the options that multiply its simulations; test_plan.py checks their parsing)
+                 ("plan",): {"--num-prompts", "--max-gpus", "--interval-samples", "--jobs", "--gpu", "--weights",
+                             "--kv-dtype", "--input-len", "--output-len"}}
 
 HUGE = [str(2**40), str(2**40 + 1), str(2**53), str(2**62), str(2**63), str(2**64), str(10**30), "9" * 400]
 NUMBERS = ["0", "-1", "1", "3", "4096", *HUGE, "1e3", "1e30", "0.5", "-0.0", "nan", "NaN", "inf", "-inf",

@@ -34,6 +34,7 @@ def _register_lazy():
     from .roofline import roofline
     from .formula import formula
     from .serve import serve
+    from .plan import plan
     from .measure import calibrate, harness, validate
 
     cli.add_command(formula)
@@ -44,6 +45,7 @@ def _register_lazy():
     register(predict)
     cli.add_command(roofline)
     cli.add_command(serve)
+    cli.add_command(plan)
 
 
 _register_lazy()

@@ -1,0 +1,116 @@
+"""`rooflinesim plan ...`: the cheapest deployment that serves a workload at a target rate
+under P99 SLOs (simulated with `serve`'s engines on the calibrated step times)."""
+
+from __future__ import annotations
+
+import click
+
+from .common import FRACTION, MAX_COUNT, UserError, echo, emit_json, json_option, parse_size, table
+from .serve import MAX_LEN, MAX_PROMPTS, Rate, Real, Size
+
+MAX_RATE = 1e6
+
+
+@click.command()
+@click.option("--model", "model_name", required=True, help="A bundled preset, a Hugging Face id, or a config.json path.")
+@click.option("--rate", type=Rate(), required=True, help="Target requests per second.")
+@click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s.")
+@click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
+@click.option("--slo-e2el-p99", default=None, help="SLO on the P99 end-to-end latency, e.g. 30s.")
+@click.option("--gpu", "gpus", multiple=True,
+              help="Candidate GPU (repeatable; default: every bundled GPU that has a price).")
+@click.option("--max-gpus", type=Size(max=MAX_COUNT), default=8, show_default=True,
+              help="Most GPUs the whole deployment may use (replicas x tensor parallelism).")
+@click.option("--weights", "weights", multiple=True, type=click.Choice(["bf16", "fp8"]),
+              help="Allowed weight dtypes (repeatable; default: bf16 and fp8).")
+@click.option("--kv-dtype", "kv_dtypes", multiple=True, type=click.Choice(["bf16", "fp8"]),
+              help="Allowed KV-cache dtypes (repeatable; default: bf16).")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True)
+@click.option("--prices", "prices_file", default=None,
+              help="GPU prices (YAML as rooflinesim/data/gpu_prices.yaml; default: the bundled figures).")
+@click.option("--dataset", default="random", show_default=True,
+              help="random, azure-conv-2023 or azure-code-2023 (as for serve).")
+@click.option("--input-len", type=Size(max=MAX_LEN), default=1024, show_default=True)
+@click.option("--output-len", type=Size(max=MAX_LEN), default=256, show_default=True)
+@click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.5, show_default=True)
+@click.option("--burstiness", type=Real(min=0, max=1e6, min_open=True), default=1.0, show_default=True)
+@click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=300, show_default=True,
+              help="Requests per simulated run.")
+@click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True)
+@click.option("--interval-samples", type=Size(min=0, max=1000), default=10, show_default=True,
+              help="Draws of the kernel model's error in each final run (intervals, and the probability "
+                   "that the SLOs hold).")
+@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
+@click.option("--include-uncalibrated", is_flag=True,
+              help="Also plan with GPUs that have no fitted profile (priced on the ideal roofline: optimistic, "
+                   "with no interval).")
+@json_option
+def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
+         prices_file, dataset, input_len, output_len, range_ratio, burstiness, num_prompts, seed, interval_samples,
+         gpu_memory_utilization, jobs, include_uncalibrated, as_json):
+    """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
+    workload at --rate requests/s with every P99 SLO met: its cost per hour and per million
+    output tokens, its metrics with intervals and the probability that it meets the SLOs,
+    the runners-up, the cost-latency Pareto front, and why each other candidate fails."""
+    import math
+
+    from ..hardware import load_spec
+    from ..serve.plan import load_prices, plan as run
+    from ..serve.traffic import datasets
+
+    if math.isinf(rate) or rate > MAX_RATE:
+        raise UserError(f"--rate must be a finite number of requests per second up to {MAX_RATE:g}")
+    slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
+            for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
+    if not slos:
+        raise UserError("plan needs an SLO to meet: --slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99")
+    if dataset != "random" and dataset not in datasets():
+        raise UserError(f"unknown dataset '{dataset}'; known: random, {', '.join(datasets())}")
+    prices = load_prices(prices_file)
+    names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
+    workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
+                "burstiness": burstiness, "num_prompts": num_prompts, "seed": seed}
+    out = run(model_name, rate=rate, slos=slos, workload=workload, gpus=names, weights=list(weights or ("bf16", "fp8")),
+              kv_dtypes=list(kv_dtypes or ("bf16",)), max_gpus=max_gpus, prices=prices, engine=engine,
+              samples=interval_samples, jobs=jobs, gpu_memory_utilization=gpu_memory_utilization,
+              uncalibrated=include_uncalibrated)
+    if as_json:
+        emit_json(out)
+        return
+    _print(out)
+
+
+def _row(r) -> tuple:
+    m = r["metrics"]
+    p = r.get("probability_meets_slo")
+    return (f"{r['gpu']} x {r['tp']}", r["weights"], r["kv_dtype"], str(r["replicas"]), str(r["gpus"]),
+            f"${r['cost_per_hour']:,.2f}", f"${r['cost_per_million_output_tokens']:,.3f}",
+            *(f"{m[k]:.4g}" for k in sorted(k for k in m if k.startswith("p99_"))),
+            "-" if p is None else f"{100 * p:.0f}%", r.get("profile", ""))
+
+
+def _print(out: dict) -> None:
+    slo = ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms" for k, v in out["slos"].items())
+    lines = [f"{out['model']} at {out['rate']:g} req/s, {out['engine']}, SLOs {slo}: {out['candidates']} candidates"]
+    keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
+    heads = ("deployment", "weights", "KV", "replicas", "GPUs", "$/hour", "$/M out tok", *keys, "P(meets SLO)",
+             "profile")
+    if out["best"] is None:
+        lines.append("no candidate meets the SLOs")
+    else:
+        b = out["best"]
+        lines += ["", f"cheapest: {b['gpu']} x {b['tp']} ({b['weights']} weights), {b['replicas']} replica(s), "
+                      f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, ${b['cost_per_million_output_tokens']:,.3f} "
+                      f"per million output tokens (${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
+        lines.append(table([_row(r) for r in out["feasible"][:8]], headers=heads))
+        lines += ["", "cost-latency Pareto front: " + "; ".join(
+            f"{r['gpu']} x {r['tp']} {r['weights']} x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
+    for s in out.get("not_tried", []):
+        if "no fitted profile" in s["reason"]:
+            lines.append(f"left out: {s['gpu']}: {s['reason']}")
+    if out["rejected"]:
+        lines += ["", "rejected:"]
+        lines += [f"  {r['gpu']} x {r['tp']} ({r['weights']}, {r['kv_dtype']} KV): {r['rejected']}: {r['reason']}"
+                  for r in out["rejected"]]
+    echo(*lines)
