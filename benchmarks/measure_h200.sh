@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -243,6 +243,18 @@ eager7)
   run1 eager-holdout18.jsonl 110 holdout18 eager
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+hf1)
+  # one GPU: Hugging Face transformers' forward (random bf16 weights, SDPA), prefill and a
+  # StaticCache decode step, eager and graph-replayed, with each forward's kernel sum
+  # (benchmarks/hf_forward.py): Llama-3.1-8B and Qwen2.5-7B whole, Mixtral-8x7B with 8 layers
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-hf1.txt
+  timeout 330 python3 benchmarks/hf_forward.py --out "$out/hf-forward.jsonl" --model llama-3.1-8b \
+    --model qwen2.5-7b --budget-s 300 >>"$out/$log" 2>&1
+  timeout 200 python3 benchmarks/hf_forward.py --out "$out/hf-forward-mixtral.jsonl" --model mixtral-8x7b \
+    --layers 8 --budget-s 170 >>"$out/$log" 2>&1
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -273,6 +285,7 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  hf1) keep_only hf-forward.jsonl hf-forward-mixtral.jsonl ;;
   eager7) keep_only eager-holdout16-b3.jsonl eager-holdout16-b3b.jsonl eager-holdout18.jsonl ;;
   eager6) keep_only eager-holdout16c.jsonl eager-holdout16-warm.jsonl eager-holdout16-warm2.jsonl ;;
   eager5) keep_only eager-focus4.jsonl eager-moe-random.jsonl eager-holdout16b.jsonl eager-holdout16-pinned.jsonl \
