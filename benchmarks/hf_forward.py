@@ -31,6 +31,7 @@ PRESETS = Path(__file__).resolve().parents[1] / "rooflinesim" / "models" / "pres
 PREFILL = [(1, 128), (1, 512), (1, 2048), (4, 512), (8, 1024)]
 DECODE = [(1, 512), (1, 4096), (8, 1024), (32, 1024), (64, 2048)]
 WARM, TIMED = 3, 10
+SLACK = 128  # cache positions past the context
 
 
 def _config(name: str, layers: int | None):
@@ -142,7 +143,10 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
                 return
             rec = {**head, "phase": "decode", "batch": batch, "context": context}
             try:
-                cache = _static_cache(cfg, batch, context + 8, "cuda", torch.bfloat16)
+                # (room past the context: each call writes one token further where the model counts
+                # the cache's filled positions itself; some 20 calls are made, so the context grows
+                # by at most that over the measurement)
+                cache = _static_cache(cfg, batch, context + SLACK, "cuda", torch.bfloat16)
                 fill = torch.randint(0, vocab, (batch, context), device="cuda")
                 model(input_ids=fill, past_key_values=cache, use_cache=True, logits_to_keep=1,
                       cache_position=torch.arange(context, device="cuda"))

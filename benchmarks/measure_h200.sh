@@ -246,13 +246,18 @@ eager7)
 hf1)
   # one GPU: Hugging Face transformers' forward (random bf16 weights, SDPA), prefill and a
   # StaticCache decode step, eager and graph-replayed, with each forward's kernel sum
-  # (benchmarks/hf_forward.py): Llama-3.1-8B and Qwen2.5-7B whole, Mixtral-8x7B with 8 layers
+  # (benchmarks/hf_forward.py): Llama-3.1-8B and Qwen2.5-7B whole, Mixtral-8x7B with 8
+  # layers, each model in its own process (a device-side assert ends a process's CUDA use);
+  # hf-forward.jsonl and hf-forward-mixtral.jsonl are a first run whose decode steps all
+  # failed (the cache held 8 positions past the context; the model writes one further a call)
   export CUDA_VISIBLE_DEVICES=0
   log=log-hf1.txt
-  timeout 330 python3 benchmarks/hf_forward.py --out "$out/hf-forward.jsonl" --model llama-3.1-8b \
-    --model qwen2.5-7b --budget-s 300 >>"$out/$log" 2>&1
-  timeout 200 python3 benchmarks/hf_forward.py --out "$out/hf-forward-mixtral.jsonl" --model mixtral-8x7b \
-    --layers 8 --budget-s 170 >>"$out/$log" 2>&1
+  for m in "llama-3.1-8b hf-forward-llama.jsonl" "qwen2.5-7b hf-forward-qwen.jsonl" \
+           "mixtral-8x7b hf-forward-mixtral8.jsonl --layers 8"; do
+    set -- $m
+    timeout 190 python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" "${@:3}" --budget-s 160 \
+      >>"$out/$log" 2>&1
+  done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
 collectives3)
@@ -285,7 +290,7 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
-  hf1) keep_only hf-forward.jsonl hf-forward-mixtral.jsonl ;;
+  hf1) keep_only hf-forward-llama.jsonl hf-forward-qwen.jsonl hf-forward-mixtral8.jsonl ;;
   eager7) keep_only eager-holdout16-b3.jsonl eager-holdout16-b3b.jsonl eager-holdout18.jsonl ;;
   eager6) keep_only eager-holdout16c.jsonl eager-holdout16-warm.jsonl eager-holdout16-warm2.jsonl ;;
   eager5) keep_only eager-focus4.jsonl eager-moe-random.jsonl eager-holdout16b.jsonl eager-holdout16-pinned.jsonl \
