@@ -489,3 +489,12 @@ def test_cli_bad_input_is_one_sentence_exit_2(args, needle):
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_budget_function_is_not_shadowed_by_its_module():
+    import subprocess
+    import sys
+
+    code = ("from rooflinesim.memory import fit\nfrom rooflinesim.memory import budget\n"
+            "assert callable(budget) and not hasattr(budget, '__file__'), budget\n")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

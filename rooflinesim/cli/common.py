@@ -147,6 +147,17 @@ def load_model(name: str, fast: bool = False):
     return load_config(name)
 
 
+def weights_of(cfg, weights: str | None) -> str:
+    """The weight format: as given, else what the config's quantization_config stores (a
+    note on stderr where it says so), else bf16."""
+    if weights is not None:
+        return weights.lower()
+    found, note = cfg.weights_default()
+    if note:
+        click.echo(f"warning: {note}", err=True)
+    return found.lower()
+
+
 def load_profile(spec, profile, fast: bool = False):
     if fast:
         from .. import fastpath

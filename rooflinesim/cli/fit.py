@@ -9,7 +9,7 @@ import click
 
 from .common import FRACTION as UTIL
 from .common import (MAX_BYTES, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options,
-                     json_option, parse_size, table)
+                     json_option, parse_size, table, weights_of)
 
 PAR = Size(max=MAX_COUNT)  # a parallel degree
 
@@ -88,10 +88,7 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
 
         cfg = load_config(model)
         model = cfg
-        if weights is None:
-            weights, note = cfg.weights_default()
-            if note:
-                click.echo(f"warning: {note}", err=True)
+        weights = weights_of(cfg, weights)
         if int4_format is None:
             method = cfg.weight_quant_method or ""
             int4_format = "awq" if method.startswith("awq") else "gptq"

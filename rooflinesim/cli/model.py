@@ -7,7 +7,7 @@ import re
 import click
 
 from .common import (FRACTION, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options, json_option,
-                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table)
+                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table, weights_of)
 
 PAR = Size(max=MAX_COUNT)  # a parallel degree or a number of microbatches
 MAX_CHUNKS = 4096  # prefill chunks of one prompt (the prediction prices each one)
@@ -89,14 +89,11 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
         raise UserError(f"--batch {batch} x (--prompt + --gen) = {batch * (prompt + gen):.3g} tokens exceeds "
                         f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
     cfg = load_model(model_name, fast=True)
-    if weights is None:
-        weights, note = cfg.weights_default()
-        if note:
-            click.echo(f"warning: {note}", err=True)
+    weights = weights_of(cfg, weights)
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, sequence_parallel=sequence_parallel,
-                   weights=weights.lower(), activations=activations and activations.lower(),
+                   weights=weights, activations=activations and activations.lower(),
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
                    launch_overhead_s=overhead_s)

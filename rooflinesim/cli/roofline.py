@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import MAX_COUNT, MAX_SIZE, POS, Size, echo, load_gpu, load_profile
+from .common import MAX_COUNT, MAX_SIZE, POS, Size, echo, load_gpu, load_profile, weights_of
 
 
 @click.command()
@@ -54,11 +54,8 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
     if png:
         check_png()
     cfg = load_config(model_name)
-    if weights is None:
-        weights, note = cfg.weights_default()
-        if note:
-            click.echo(f"warning: {note}", err=True)
-    d = Deployment(tp=tp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower(), attention=attention)
+    weights = weights_of(cfg, weights)
+    d = Deployment(tp=tp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(), attention=attention)
     pairs, preds = [], []
     for gpu in gpus:
         spec = load_gpu(gpu, spec_files)

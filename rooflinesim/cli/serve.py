@@ -8,7 +8,7 @@ import math
 import click
 
 from .common import (FRACTION, MAX_COUNT, POS, Real, Size, UserError, echo, emit_json, gpu_options, json_option,
-                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table)
+                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table, weights_of)
 
 PAR = Size(max=MAX_COUNT)
 MAX_PROMPTS = 10_000_000
@@ -163,13 +163,10 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 
         output_path(plot, "HTML", force)
     cfg = load_model(model_name, fast=True)
-    if weights is None:
-        weights, note = cfg.weights_default()
-        if note:
-            click.echo(f"warning: {note}", err=True)
+    weights = weights_of(cfg, weights)
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
-    d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights.lower(), kv_cache=kv_dtype and kv_dtype.lower(),
+    d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(),
                    attention=attention)
     if trace_file is not None:
         from ..files import read_text

@@ -30,9 +30,10 @@ def __getattr__(name: str):
     module = _MODULE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    found = import_module(f".{module}", __name__)
+    for n in _WHERE[module]:  # (all of the module's names at once: importing the submodule `budget`
+        globals()[n] = getattr(found, n)  # binds that name to the module, and the function must win)
+    return globals()[name]
 
 
 def __dir__():

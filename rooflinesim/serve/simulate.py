@@ -55,7 +55,7 @@ GIB = 2 ** 30
 def engine_limits(engine: str, model, spec, kv_tokens: int | None = None) -> dict:
     """The engine's own defaults for the deployment's GPU: the token budget of a step, the
     most requests running, the KV block (tokens), and SGLang's prefill batch limit."""
-    from ..memory.budget import vllm_defaults
+    from ..memory import vllm_defaults
 
     if engine == "sglang":  # (server_args.py: chunked_prefill_size by GPU memory; scheduler.py)
         gib = spec.memory.capacity_bytes / GIB
@@ -118,7 +118,7 @@ class ServeResult:
 def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_utilization: float,
                     max_num_batched_tokens: int, max_num_seqs: int) -> int:
     """KV-cache tokens of one replica, as ``rooflinesim fit --engine vllm`` reports them."""
-    from ..memory.budget import fit
+    from ..memory import fit
 
     plan = fit(model, spec.name, batch=1, context=1, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights,
                kv=d.kv_cache, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
