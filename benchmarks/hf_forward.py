@@ -4,8 +4,9 @@ attention, on one GPU.
 
     python benchmarks/hf_forward.py --out FILE.jsonl [--model NAME ...] [--layers N] [--budget-s S]
 
-Per model: prefill (batch x prompt, no cache) and one decode step with a StaticCache
-(batch x context: the cache filled to the context, one new token), each
+Per model: prefill (batch x prompt, no cache) and one decode step with a StaticCache, or
+with ``--cache dynamic`` a DynamicCache (batch x context: the cache filled to the context,
+one new token), each
   * eager: the forward launched from Python, device events around each call (median of
     the timed calls after warm-up), with the wall time around it;
   * graph (decode only): the decode step captured once in a CUDA graph and replayed;
@@ -104,7 +105,8 @@ def _static_cache(cfg, batch, length, device, dtype):
         return StaticCache(config=cfg, max_batch_size=batch, max_cache_len=length, device=device, dtype=dtype)
 
 
-def run_model(torch, name: str, layers: int | None, out, deadline: float, base: dict) -> None:
+def run_model(torch, name: str, layers: int | None, out, deadline: float, base: dict, cache_kind: str = "static",
+              prefill: bool = True) -> None:
     from transformers import AutoModelForCausalLM
 
     cfg, d = _config(name, layers)
@@ -125,7 +127,7 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
         print(json.dumps({k: rec[k] for k in rec if k not in ("top_kernels",)})[:300], file=sys.stderr, flush=True)
 
     with torch.inference_mode():
-        for batch, prompt in PREFILL:
+        for batch, prompt in PREFILL if prefill else ():
             if time.time() > deadline:
                 return
             ids = torch.randint(0, vocab, (batch, prompt), device="cuda")
@@ -141,21 +143,27 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
         for batch, context in DECODE:
             if time.time() > deadline:
                 return
-            rec = {**head, "phase": "decode", "batch": batch, "context": context}
+            rec = {**head, "phase": "decode", "batch": batch, "context": context, "cache": cache_kind}
             try:
-                # (room past the context: each call writes one token further where the model counts
-                # the cache's filled positions itself; some 20 calls are made, so the context grows
-                # by at most that over the measurement)
-                cache = _static_cache(cfg, batch, context + SLACK, "cuda", torch.bfloat16)
                 fill = torch.randint(0, vocab, (batch, context), device="cuda")
-                model(input_ids=fill, past_key_values=cache, use_cache=True, logits_to_keep=1,
-                      cache_position=torch.arange(context, device="cuda"))
                 tok = torch.randint(0, vocab, (batch, 1), device="cuda")
-                pos = torch.tensor([context], device="cuda")
+                if cache_kind == "static":
+                    # (room past the context: each call writes one token further where the model
+                    # counts the cache's filled positions itself; some 20 calls are made, so the
+                    # context grows by at most that over the measurement)
+                    cache = _static_cache(cfg, batch, context + SLACK, "cuda", torch.bfloat16)
+                    model(input_ids=fill, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                          cache_position=torch.arange(context, device="cuda"))
+                    pos = torch.tensor([context], device="cuda")
 
-                def step():
-                    return model(input_ids=tok, past_key_values=cache, use_cache=True, cache_position=pos,
-                                 logits_to_keep=1)
+                    def step():
+                        return model(input_ids=tok, past_key_values=cache, use_cache=True, cache_position=pos,
+                                     logits_to_keep=1)
+                else:  # DynamicCache: each call appends (cat) one token, as generate() does
+                    cache = model(input_ids=fill, use_cache=True, logits_to_keep=1).past_key_values
+
+                    def step():
+                        return model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
 
                 dev, wall = _cuda_time(torch, step)
                 emit({**rec, "mode": "eager", "measured_s": dev, "wall_s": wall, **_kernels(torch, step),
@@ -163,6 +171,10 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
             except Exception as e:  # noqa: BLE001
                 emit({**rec, "mode": "eager", "status": "failed",
                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"})
+                torch.cuda.empty_cache()
+                continue
+            if cache_kind != "static":  # (a growing cache cannot be captured)
+                del cache, fill
                 torch.cuda.empty_cache()
                 continue
             try:
@@ -192,6 +204,9 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=None)
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--cache", choices=("static", "dynamic"), default="static",
+                    help="decode with a StaticCache (also graph-replayed) or a DynamicCache (eager only)")
+    ap.add_argument("--no-prefill", action="store_true", help="decode steps only")
     args = ap.parse_args()
     import torch
     import transformers
@@ -208,7 +223,7 @@ def main() -> None:
             if time.time() > deadline:
                 break
             try:
-                run_model(torch, name, args.layers, out, deadline, base)
+                run_model(torch, name, args.layers, out, deadline, base, args.cache, not args.no_prefill)
             except Exception as e:  # noqa: BLE001
                 out.write(json.dumps({**base, "model": name, "status": "failed",
                                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}) + "\n")

@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -260,6 +260,23 @@ hf1)
   done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+hf2)
+  # one GPU: more of transformers' forward (benchmarks/hf_forward.py): DynamicCache decode
+  # steps (eager: the cache grows by a cat each step, as generate() does) of Llama-3.1-8B and
+  # Qwen2.5-7B, and prefill and StaticCache decode of Mistral-7B, Phi-3-mini and an 8-layer
+  # Qwen3-30B-A3B (MoE), each in its own process
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-hf2.txt
+  for m in "llama-3.1-8b hf-dynamic-llama.jsonl --cache dynamic --no-prefill" \
+           "qwen2.5-7b hf-dynamic-qwen.jsonl --cache dynamic --no-prefill" \
+           "mistral-7b-v0.3 hf-forward-mistral.jsonl" "phi-3-mini-4k hf-forward-phi3.jsonl" \
+           "qwen3-30b-a3b hf-forward-qwen3moe8.jsonl --layers 8"; do
+    set -- $m
+    timeout 110 python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" "${@:3}" --budget-s 90 \
+      >>"$out/$log" 2>&1
+  done
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -290,6 +307,8 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  hf2) keep_only hf-dynamic-llama.jsonl hf-dynamic-qwen.jsonl hf-forward-mistral.jsonl hf-forward-phi3.jsonl \
+    hf-forward-qwen3moe8.jsonl ;;
   hf1) keep_only hf-forward-llama.jsonl hf-forward-qwen.jsonl hf-forward-mixtral8.jsonl ;;
   eager7) keep_only eager-holdout16-b3.jsonl eager-holdout16-b3b.jsonl eager-holdout18.jsonl ;;
   eager6) keep_only eager-holdout16c.jsonl eager-holdout16-warm.jsonl eager-holdout16-warm2.jsonl ;;
