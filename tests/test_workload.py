@@ -337,6 +337,7 @@ def test_every_preset_replays_as_written():
     def as_written(plan, phases, spec, profile):
         return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)
 
+    checked = {"plain": 0, "tp8": 0}
     for name in preset_names():
         m = load_config(name)
         for deploy in (dict(), dict(tp=8, weights="fp8", kv_cache="fp8")):
@@ -344,8 +345,10 @@ def test_every_preset_replays_as_written():
                 d = Deployment(**deploy)
                 for kw in (dict(batch=3, prompt=700, gen=40), dict(batch=3, prompt=700, gen=40)):
                     predict_model(m, H200, FITTED, d, **kw)  # (priced as written, then recorded)
-            except UserError:  # (eight-way sharding that does not divide the model)
+            except UserError as e:  # (eight-way sharding that does not divide the model, said so)
+                assert deploy and "8" in str(e), (name, str(e))
                 continue
+            checked["tp8" if deploy else "plain"] += 1
             kw = dict(batch=57, prompt=5000, gen=300)
             got = predict_model(m, H200, FITTED, d, **kw)
             with pytest.MonkeyPatch.context() as mp:
@@ -355,6 +358,8 @@ def test_every_preset_replays_as_written():
                 assert close(a.latency_s, b.latency_s) and same_table(a.table(), b.table()), (name, deploy)
             found = recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), H200, FITTED)
             assert found.error is None and found.replays, (name, deploy)
+    # (every preset priced plainly, and most of them sharded eight ways: the loop cannot skip them all)
+    assert checked["plain"] == len(preset_names()) and checked["tp8"] >= len(preset_names()) // 2, checked
 
 
 @pytest.mark.parametrize("model,deploy", REPLAYED[:4])
