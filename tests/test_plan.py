@@ -81,3 +81,13 @@ def test_cli_json(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["best"]["gpu"] == "h100-sxm" and "cost_per_hour" in out["best"]
     assert "cost_per_million_output_tokens" in out["best"] and out["best"]["price_source"] == "x"
+
+
+def test_moe_models_are_planned_with_and_without_expert_parallelism():
+    from rooflinesim.models.config import load_config
+    from rooflinesim.serve.plan import candidates
+
+    cands, _ = candidates(load_config("mixtral-8x7b"), ["h200-sxm"], ["fp8"], ["bf16"], 4)
+    assert {(c.tp, c.ep) for c in cands} == {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)}
+    dense, _ = candidates(load_config("llama-3.1-8b"), ["h200-sxm"], ["fp8"], ["bf16"], 4)
+    assert {c.ep for c in dense} == {1}

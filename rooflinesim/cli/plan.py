@@ -84,7 +84,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
 def _row(r) -> tuple:
     m = r["metrics"]
     p = r.get("probability_meets_slo")
-    return (f"{r['gpu']} x {r['tp']}", r["weights"], r["kv_dtype"], str(r["replicas"]), str(r["gpus"]),
+    return (f"{r['gpu']} x {r['tp']}" + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""), r["weights"], r["kv_dtype"], str(r["replicas"]), str(r["gpus"]),
             f"${r['cost_per_hour']:,.2f}", f"${r['cost_per_million_output_tokens']:,.3f}",
             *(f"{m[k]:.4g}" for k in sorted(k for k in m if k.startswith("p99_"))),
             "-" if p is None else f"{100 * p:.0f}%", r.get("profile", ""))
@@ -105,12 +105,14 @@ def _print(out: dict) -> None:
                       f"per million output tokens (${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
         lines.append(table([_row(r) for r in out["feasible"][:8]], headers=heads))
         lines += ["", "cost-latency Pareto front: " + "; ".join(
-            f"{r['gpu']} x {r['tp']} {r['weights']} x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
+            f"{r['gpu']} x {r['tp']}{' EP ' + str(r['ep']) if r.get('ep', 1) > 1 else ''} {r['weights']} "
+            f"x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
     for s in out.get("not_tried", []):
         if "no fitted profile" in s["reason"]:
             lines.append(f"left out: {s['gpu']}: {s['reason']}")
     if out["rejected"]:
         lines += ["", "rejected:"]
-        lines += [f"  {r['gpu']} x {r['tp']} ({r['weights']}, {r['kv_dtype']} KV): {r['rejected']}: {r['reason']}"
+        lines += [f"  {r['gpu']} x {r['tp']}{' EP ' + str(r['ep']) if r.get('ep', 1) > 1 else ''} "
+                  f"({r['weights']}, {r['kv_dtype']} KV): {r['rejected']}: {r['reason']}"
                   for r in out["rejected"]]
     echo(*lines)

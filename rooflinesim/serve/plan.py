@@ -39,9 +39,11 @@ class Candidate:
     tp: int
     weights: str
     kv_dtype: str
+    ep: int = 1  # expert parallelism (MoE models: the experts split over the TP ranks)
 
     def label(self) -> str:
-        return f"{self.gpu} x {self.tp} ({self.weights} weights, {self.kv_dtype} KV)"
+        ep = f", EP {self.ep}" if self.ep > 1 else ""
+        return f"{self.gpu} x {self.tp} ({self.weights} weights, {self.kv_dtype} KV{ep})"
 
 
 def load_prices(path=None) -> dict:
@@ -91,10 +93,10 @@ def _run_candidate(args) -> dict:
         return random_requests(n, w["input_len"], w["output_len"], rate=rate, burstiness=w["burstiness"],
                                range_ratio=w["range_ratio"], seed=w["seed"])
 
-    out = {"candidate": c, "gpu": c.gpu, "tp": c.tp, "weights": c.weights, "kv_dtype": c.kv_dtype,
+    out = {"candidate": c, "gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
            "profile": profile.kind}
     try:
-        d = Deployment(tp=c.tp, weights=c.weights, kv_cache=c.kv_dtype)
+        d = Deployment(tp=c.tp, ep=c.ep, weights=c.weights, kv_cache=c.kv_dtype)
         reqs = make(math.inf)
         longest = int((reqs.input_tokens + reqs.output_tokens).max())
         kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=job["gpu_memory_utilization"],
@@ -121,7 +123,7 @@ def _run_candidate(args) -> dict:
             if replicas * c.tp > job["max_gpus"]:
                 return {**out, "rejected": "too many GPUs", "reason": f"{replicas} replicas of {c.tp} GPUs "
                                                                       f"(max {job['max_gpus']} GPUs)"}
-            dd = Deployment(tp=c.tp, dp=replicas, weights=c.weights, kv_cache=c.kv_dtype)
+            dd = Deployment(tp=c.tp, ep=c.ep, dp=replicas, weights=c.weights, kv_cache=c.kv_dtype)
             r = serve(model, spec, profile, dd, make(job["rate"]), interval_samples=job["samples"],
                       seed=w["seed"], **opts)
             if all(r.metrics[k] <= v for k, v in slos.items()):
@@ -150,7 +152,8 @@ def _run_candidate(args) -> dict:
 
 def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int) -> tuple[list, list]:
     """(the candidates, and the combinations left out with why: a TP the model cannot
-    split, a dtype the GPU lacks, more GPUs than a node or the limit holds)."""
+    split, a dtype the GPU lacks, more GPUs than a node or the limit holds). An MoE model's
+    candidates at TP above 1 come with and without expert parallelism over the TP ranks."""
     from ..hardware import load_spec
     from ..models.deploy import Deployment, shard
 
@@ -165,11 +168,12 @@ def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int)
                 for tp in TPS:
                     if tp > min(max_gpus, spec.interconnect.gpus_per_node):
                         continue
-                    try:
-                        shard(model, Deployment(tp=tp, weights=w, kv_cache=kv))
-                    except UserError:
-                        continue
-                    out.append(Candidate(spec.name, tp, w, kv))
+                    for ep in ((1, tp) if model.is_moe and tp > 1 else (1,)):
+                        try:
+                            shard(model, Deployment(tp=tp, ep=ep, weights=w, kv_cache=kv))
+                        except UserError:
+                            continue
+                        out.append(Candidate(spec.name, tp, w, kv, ep))
     return out, skipped
 
 
