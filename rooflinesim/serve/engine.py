@@ -116,7 +116,7 @@ class _Sim:
         self.finish = np.full(n, np.nan)
         self.last_token = np.zeros(n)
         self.generated = np.zeros(n, dtype=np.int64)
-        self.itl: list = []
+        self.itl: list = []  # inter-token gaps, as (gaps, how many requests each stands for)
         self.log = {"start_s": [], "duration_s": [], "tokens": [], "sequences": [], "kv_blocks_used": []}
         self.preemptions = 0
         self.next = 0  # the next request not yet sent
@@ -154,8 +154,13 @@ class _Sim:
         log["kv_blocks_used"].append(blocks)
 
     def served(self) -> Served:
+        gaps = np.zeros(0)
+        if self.itl:  # (each gap as many times as requests saw it, as a client lists them)
+            values = [np.atleast_1d(g) for g, _ in self.itl]
+            weights = np.repeat(np.array([w for _, w in self.itl], dtype=np.int64), [v.size for v in values])
+            gaps = np.repeat(np.concatenate(values), weights)
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
-                      np.concatenate(self.itl) if self.itl else np.zeros(0), self.preemptions,
+                      gaps, self.preemptions,
                       {k: np.asarray(v) for k, v in self.log.items()})
 
 
@@ -268,7 +273,7 @@ class _VllmV1(_Sim):
                 self.first[run.id[firsts]] = self.now
             later = samples & (run.generated > 1)
             if _count(later):
-                self.itl.append(self.now - run.last[later])
+                self.itl.append((self.now - run.last[later], 1))
             run.last = np.where(samples, self.now, run.last)
             if _count(samples & (run.generated >= run.output)):
                 done += self._finish(run, tokens, gen)
@@ -329,10 +334,12 @@ class _VllmV1(_Sim):
         log["duration_s"].extend(dur.tolist())
         log["tokens"].extend([n] * k)
         log["sequences"].extend([n] * k)
-        used = _blocks(c[:, None] + j[:k], p.block_size).sum(axis=0) if n * k <= 1 << 16 else \
-            np.full(k, float(_blocks(c + k, p.block_size).sum()))
-        log["kv_blocks_used"].extend((p.kv_blocks - free - int(run.held.sum()) + used).tolist())
-        self.itl.append(np.concatenate([[ends[0] - run.last], np.tile(dur[1:, None], (1, n))]).ravel())
+        # (blocks in use over the stretch: exact at its ends, in between a straight line)
+        first = p.kv_blocks - free
+        last = first - int(run.held.sum()) + int(_blocks(c + k, p.block_size).sum())
+        log["kv_blocks_used"].extend(np.rint(first + (last - first) * j[:k] / k).tolist())
+        self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
+        self.itl.append((dur[1:], n))  # then every later step's, once for each running request)
         run.computed = c + k
         run.tokens = run.tokens + k
         run.generated = run.generated + k
@@ -397,7 +404,7 @@ class _Static(_Sim):
                 k = int(self.output[i])
                 if k > 1:
                     t = ends[:k - 1]
-                    self.itl.append(np.diff(np.concatenate([[self.now], t])))
+                    self.itl.append((np.diff(np.concatenate([[self.now], t])), 1))
                     self.finish[i] = t[-1]
                 else:
                     self.finish[i] = self.now
@@ -503,7 +510,7 @@ class _SGLang(_Sim):
             ratio = max(ratio_min, ratio - decay)
             gen[ids] += 1  # (every running request has its first token: each leaves a gap)
             tokens[ids] += 1
-            self.itl.append(self.now - self.last_token[ids])
+            self.itl.append((self.now - self.last_token[ids], 1))
             self.last_token[ids] = self.now
             ended = ids[gen[ids] >= self.output[ids]]
             if ended.size:
@@ -523,7 +530,7 @@ class _SGLang(_Sim):
         if gen[i] == 1:
             self.first[i] = self.now
         else:
-            self.itl.append(np.array([self.now - self.last_token[i]]))
+            self.itl.append((np.array([self.now - self.last_token[i]]), 1))
         self.last_token[i] = self.now
         if gen[i] >= self.output[i]:
             self.finish[i] = self.now
@@ -604,7 +611,7 @@ class _TrtLlm(_Sim):
             first = gen[ids] == 1
             self.first[ids[first]] = self.now
             if (~first).any():
-                self.itl.append(self.now - self.last_token[ids[~first]])
+                self.itl.append((self.now - self.last_token[ids[~first]], 1))
             self.last_token[ids] = self.now
             ended = ids[gen[ids] >= self.output[ids]]
             if ended.size:
