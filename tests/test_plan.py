@@ -91,3 +91,9 @@ def test_moe_models_are_planned_with_and_without_expert_parallelism():
     assert {(c.tp, c.ep) for c in cands} == {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)}
     dense, _ = candidates(load_config("llama-3.1-8b"), ["h200-sxm"], ["fp8"], ["bf16"], 4)
     assert {c.ep for c in dense} == {1}
+
+
+def test_progress_counts_the_candidates():
+    seen, started = [], []
+    out = _plan(gpus=["h100-sxm"], progress=seen.append, on_start=started.append)
+    assert started == [out["candidates"]] and sum(seen) == out["candidates"]

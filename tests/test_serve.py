@@ -388,3 +388,10 @@ def test_bad_dataset_choices_are_one_sentence(args):
     with pytest.raises(SystemExit) as e:
         main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
     assert e.value.code == 2
+
+
+def test_progress_hears_of_every_request_of_every_run():
+    seen = []
+    serve(LLAMA, H200, FITTED, Deployment(dp=2), random_requests(120, 512, 16, rate=20.0), interval_samples=2,
+          progress=seen.append)
+    assert sum(seen) == 120 * 3

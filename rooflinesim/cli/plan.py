@@ -71,10 +71,28 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
     workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
                 "burstiness": burstiness, "num_prompts": num_prompts, "seed": seed}
-    out = run(model_name, rate=rate, slos=slos, workload=workload, gpus=names, weights=list(weights or ("bf16", "fp8")),
-              kv_dtypes=list(kv_dtypes or ("bf16",)), max_gpus=max_gpus, prices=prices, engine=engine,
-              samples=interval_samples, jobs=jobs, gpu_memory_utilization=gpu_memory_utilization,
-              uncalibrated=include_uncalibrated)
+    import sys
+
+    bar = click.progressbar(length=1, label="planning", file=sys.stderr) if sys.stderr.isatty() else None
+
+    def tick(k):
+        if bar is not None:
+            bar.update(k)
+
+    def begin(n):
+        if bar is not None:
+            bar.length = n
+            bar.__enter__()
+
+    try:
+        out = run(model_name, rate=rate, slos=slos, workload=workload, gpus=names,
+                  weights=list(weights or ("bf16", "fp8")), kv_dtypes=list(kv_dtypes or ("bf16",)), max_gpus=max_gpus,
+                  prices=prices, engine=engine, samples=interval_samples, jobs=jobs,
+                  gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
+                  progress=tick, on_start=begin)
+    finally:
+        if bar is not None and bar.entered:
+            bar.__exit__(None, None, None)
     if as_json:
         emit_json(out)
         return

@@ -205,7 +205,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         source["request_rate"], source["all_at_once"] = (None if math.isinf(rate) else rate), math.isinf(rate)
         search = {"max_rate": None if math.isinf(rate) else rate, "all_at_once_meets": math.isinf(rate),
                   "tried": [{"rate": None if math.isinf(x) else x, "met": m} for x, m in tried]}
-    r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, **options)
+    with _progress(len(reqs) * (1 + interval_samples)) as tick:
+        r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, progress=tick, **options)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
     if interval_samples:
@@ -224,6 +225,32 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         emit_json({**head, **r.as_dict(), **extra})
         return
     _print(head, r, d, spec, extra)
+
+
+PROGRESS_REQUESTS = 20_000  # simulated requests (draws included) from which a terminal gets a progress bar
+
+
+class _progress:
+    """A progress bar on stderr over the requests simulated (draws included), on a terminal
+    and for long runs only; else nothing."""
+
+    def __init__(self, total: int):
+        import sys
+
+        self.bar = None
+        if total >= PROGRESS_REQUESTS and sys.stderr.isatty():
+            self.bar = click.progressbar(length=total, label="simulating", file=sys.stderr)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.__enter__()
+        return self.bar.update
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
 
 
 def _print(head: dict, r, d, spec, extra: dict) -> None:

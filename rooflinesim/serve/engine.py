@@ -83,19 +83,18 @@ def _blocks(tokens, block_size: int):
     return -(-tokens // block_size)
 
 
-def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: int | None = None) -> Served:
+def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: int | None = None,
+             progress=None) -> Served:
     """Serve ``reqs`` with ``engine`` (see the module's notes); ``steps`` prices a step
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
-    a request is sent when it is due and one in flight has finished)."""
-    if engine == "vllm":
-        return _VllmV1(reqs, steps, p, concurrency).run()
-    if engine == "static":
-        return _Static(reqs, steps, p, concurrency).run()
-    if engine == "sglang":
-        return _SGLang(reqs, steps, p, concurrency).run()
-    if engine == "trtllm":
-        return _TrtLlm(reqs, steps, p, concurrency).run()
-    raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static")
+    a request is sent when it is due and one in flight has finished); ``progress(k)``, if
+    given, hears of every k requests finished."""
+    cls = {"vllm": _VllmV1, "static": _Static, "sglang": _SGLang, "trtllm": _TrtLlm}.get(engine)
+    if cls is None:
+        raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static")
+    sim = cls(reqs, steps, p, concurrency)
+    sim.progress = progress
+    return sim.run()
 
 
 class _Sim:
@@ -140,8 +139,12 @@ class _Sim:
             queue.append(i)
             self.next += 1
 
+    progress = None  # progress(k): k more requests finished
+
     def release(self, count: int) -> None:
         """``count`` requests finished now: with a concurrency limit, their slots free."""
+        if self.progress is not None:
+            self.progress(count)
         if self.slots is not None:
             self.slots.extend([self.now] * count)
 

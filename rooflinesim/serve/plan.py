@@ -189,7 +189,7 @@ def calibrated(gpu: str) -> bool:
 def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list, weights: list,
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
          iterations: int = 8, jobs: int | None = None, gpu_memory_utilization: float = 0.9,
-         uncalibrated: bool = False) -> dict:
+         uncalibrated: bool = False, progress=None, on_start=None) -> dict:
     """Every candidate through the steps of the module's notes; the cheapest that meets the
     SLOs, the runners-up, the cost-latency Pareto front and the rejected with reasons. GPUs
     with no fitted profile (the ideal roofline: optimistic, with no interval) are left out
@@ -218,12 +218,20 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
            "prices": prices, "engine": engine, "samples": samples, "iterations": iterations,
            "gpu_memory_utilization": gpu_memory_utilization}
     work = [(c, job) for c in cands]
+    if on_start is not None:
+        on_start(len(work))  # (how many candidates ``progress`` will count)
     jobs = jobs or os.cpu_count() or 1
+    tick = progress or (lambda k: None)
+    results = []
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            results = list(pool.map(_run_candidate, work))
+            for r in pool.map(_run_candidate, work):  # (in order, as each is done)
+                results.append(r)
+                tick(1)
     else:
-        results = [_run_candidate(w) for w in work]
+        for w in work:
+            results.append(_run_candidate(w))
+            tick(1)
     ok = sorted((r for r in results if "rejected" not in r),
                 key=lambda r: (r["cost_per_hour"], r["cost_per_million_output_tokens"], r["gpus"]))
     rejected = [r for r in results if "rejected" in r]

@@ -131,7 +131,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int | None = None,
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
-          seed: int = 0) -> ServeResult:
+          seed: int = 0, progress=None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them)."""
     if engine not in ENGINES:
@@ -154,7 +154,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(longest, 2))
-    served = _replicas(engine, reqs, steps, p, d.dp, concurrency)
+    served = _replicas(engine, reqs, steps, p, d.dp, concurrency, progress)
     metrics = summary(served, slo_ms)
     sigmas = family_sigmas(profile)
     if not interval_samples or not sigmas:
@@ -163,7 +163,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     draws = []
     for _ in range(int(interval_samples)):
         factors = {f: float(np.exp(rng.normal(0.0, s))) for f, s in sorted(sigmas.items())}
-        draws.append(summary(_replicas(engine, reqs, steps.scaled(factors), p, d.dp, concurrency), slo_ms))
+        draws.append(summary(_replicas(engine, reqs, steps.scaled(factors), p, d.dp, concurrency, progress), slo_ms))
     lo, hi = 50 * (1 - INTERVAL_LEVEL), 50 * (1 + INTERVAL_LEVEL)
     interval = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
                 for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
@@ -171,9 +171,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     return ServeResult(metrics, served, p, kv_tokens, d.dp, interval, sigmas, int(interval_samples), draws)
 
 
-def _replicas(engine, reqs, steps, p, dp: int, concurrency) -> Served:
+def _replicas(engine, reqs, steps, p, dp: int, concurrency, progress=None) -> Served:
     parts = [simulate(engine, _every(reqs, i, dp), steps, p, None if concurrency is None else
-                      max(1, _share(concurrency, dp, i))) for i in range(min(dp, len(reqs)))]
+                      max(1, _share(concurrency, dp, i)), progress) for i in range(min(dp, len(reqs)))]
     return parts[0] if len(parts) == 1 else _merge(parts)
 
 
