@@ -235,3 +235,31 @@ def serve_figure(result, title: str = "") -> go.Figure:
         fig.update_xaxes(title_text="time (s)", row=row, col=col)
     fig.update_layout(title=title, template="plotly_white", width=1150, height=720, legend={"orientation": "h"})
     return fig
+
+
+def plan_figure(out: dict, title: str = "") -> go.Figure:
+    """A plan's feasible deployments: cost per hour against the P99 of the first SLO, each
+    labelled, the cost-latency Pareto front as a line, the SLO as a dashed limit."""
+    key = next(iter(out["slos"]))
+    fig = go.Figure()
+    feasible = out["feasible"]
+
+    def label(r):
+        ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
+        return f"{r['gpu']} x {r['tp']}{ep} {r['weights']} x{r['replicas']}"
+
+    fig.add_trace(go.Scatter(
+        x=[r["metrics"][key] for r in feasible], y=[r["cost_per_hour"] for r in feasible], mode="markers",
+        name="deployments that meet the SLOs", text=[label(r) for r in feasible],
+        hovertemplate="%{text}: %{x:.4g} ms, $%{y:,.2f}/hour<extra></extra>", marker={"size": 9}))
+    front = out["pareto"]
+    fig.add_trace(go.Scatter(
+        x=[r["metrics"][key] for r in front], y=[r["cost_per_hour"] for r in front], mode="lines+markers+text",
+        name="cost-latency Pareto front", text=[label(r) for r in front], textposition="top right",
+        textfont={"size": 10}, hoverinfo="skip", line={"shape": "hv"}))
+    fig.add_vline(x=out["slos"][key], line_dash="dash", annotation_text=f"SLO {key}")
+    fig.update_xaxes(title_text=f"{key.replace('_ms', '')} (ms)")
+    fig.update_yaxes(title_text="$ per hour", type="log")
+    fig.update_layout(title=title or f"{out['model']} at {out['rate']:g} req/s", template="plotly_white",
+                      width=1100, height=650)
+    return fig

@@ -97,3 +97,23 @@ def test_progress_counts_the_candidates():
     seen, started = [], []
     out = _plan(gpus=["h100-sxm"], progress=seen.append, on_start=started.append)
     assert started == [out["candidates"]] and sum(seen) == out["candidates"]
+
+
+def test_the_plan_chart_and_its_file(tmp_path, capsys):
+    from rooflinesim.charts import plan_figure
+
+    out = _plan(gpus=["h100-sxm", "a100-sxm4-80gb"])
+    fig = plan_figure(out)
+    dots, front = fig.data
+    assert len(dots.x) == len(out["feasible"]) and list(front.y) == [r["cost_per_hour"] for r in out["pareto"]]
+    prices = tmp_path / "p.yaml"
+    prices.write_text(yaml.safe_dump({"gpus": {"h100-sxm": {"default": {"usd_per_gpu_hour": 2.5, "source": "x"}}}}))
+    html = tmp_path / "plan.html"
+    args = ["plan", "--model", "llama-3.1-8b", "--rate", "4", "--slo-tpot-p99", "50ms", "--prices", str(prices),
+            "--jobs", "1", "--num-prompts", "40", "--interval-samples", "0", "--max-gpus", "2", "--plot", str(html)]
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 0 and "Plotly.newPlot" in html.read_text()
+    with pytest.raises(SystemExit) as e:  # (kept without --force)
+        main(args)
+    assert e.value.code == 2

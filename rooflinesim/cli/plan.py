@@ -42,13 +42,17 @@ MAX_RATE = 1e6
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None,
+              help="Write an offline HTML chart: cost against P99 latency of every deployment that meets the "
+                   "SLOs, and the Pareto front.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @click.option("--include-uncalibrated", is_flag=True,
               help="Also plan with GPUs that have no fitted profile (priced on the ideal roofline: optimistic, "
                    "with no interval).")
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          prices_file, dataset, input_len, output_len, range_ratio, burstiness, num_prompts, seed, interval_samples,
-         gpu_memory_utilization, jobs, include_uncalibrated, as_json):
+         gpu_memory_utilization, jobs, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met: its cost per hour and per million
     output tokens, its metrics with intervals and the probability that it meets the SLOs,
@@ -67,6 +71,10 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
         raise UserError("plan needs an SLO to meet: --slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99")
     if dataset != "random" and dataset not in datasets():
         raise UserError(f"unknown dataset '{dataset}'; known: random, {', '.join(datasets())}")
+    if plot is not None:
+        from ..files import output_path
+
+        output_path(plot, "HTML", force)
     prices = load_prices(prices_file)
     names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
     workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
@@ -93,6 +101,10 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)
+    if plot is not None:
+        from ..charts import plan_figure, write_html
+
+        write_html(plan_figure(out), plot)
     if as_json:
         emit_json(out)
         return
