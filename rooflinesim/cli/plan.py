@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from .common import FRACTION, MAX_COUNT, UserError, echo, emit_json, json_option, parse_size, table
-from .serve import MAX_LEN, MAX_PROMPTS, Rate, Real, Size
+from .common import FRACTION, MAX_COUNT, Real, Size, UserError, echo, emit_json, json_option, parse_size, table
+from .serve import MAX_LEN, MAX_PROMPTS, Rate
 
 MAX_RATE = 1e6
 

@@ -144,7 +144,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report
-    from ..serve.traffic import dataset_requests, load_dataset, parse_trace, random_requests
+    from ..serve.traffic import load_dataset, parse_trace, requests_at
 
     slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
             for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
@@ -173,32 +173,30 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
 
         reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file))
         source = {"trace": click.format_filename(trace_file)}
-    elif dataset != "random":
-        ctx = click.get_current_context()
-        given = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio")
-                 if ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT]
-        if given:
-            raise UserError(f"{', '.join(given)} set the random dataset's lengths; --dataset {dataset} has its own")
-        meta = load_dataset(dataset)
-        reqs = dataset_requests(dataset, num_prompts, rate=rate, burstiness=burstiness, seed=seed)
-        source = {"dataset": dataset, "dataset_source": meta["source"], "dataset_license": meta["license"],
-                  "request_rate": None if math.isinf(rate) else rate, "all_at_once": math.isinf(rate), "burstiness": burstiness, "seed": seed}
     else:
-        reqs = random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
-                               range_ratio=range_ratio, seed=seed)
-        source = {"dataset": "random", "input_len": input_len, "output_len": output_len,
-                  "range_ratio": range_ratio, "request_rate": None if math.isinf(rate) else rate, "all_at_once": math.isinf(rate),
-                  "burstiness": burstiness, "seed": seed}
+        workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,
+                    "range_ratio": range_ratio, "burstiness": burstiness, "seed": seed}
+        source = {"dataset": dataset}
+        if dataset != "random":
+            ctx = click.get_current_context()
+            given = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio")
+                     if ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT]
+            if given:
+                raise UserError(f"{', '.join(given)} set the random dataset's lengths; --dataset {dataset} has its own")
+            meta = load_dataset(dataset)
+            source.update(dataset_source=meta["source"], dataset_license=meta["license"])
+        else:
+            source.update(input_len=input_len, output_len=output_len, range_ratio=range_ratio)
+        source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
+                      burstiness=burstiness, seed=seed)
+        reqs = requests_at(workload, rate)
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
                    step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed)
     search = None
     if max_rate:
         def make(rate):
-            if dataset != "random":
-                return dataset_requests(dataset, num_prompts, rate=rate, burstiness=burstiness, seed=seed)
-            return random_requests(num_prompts, input_len, output_len, rate=rate, burstiness=burstiness,
-                                   range_ratio=range_ratio, seed=seed)
+            return requests_at(workload, rate)
 
         rate, _, tried = find_max_rate(cfg, spec, prof, d, make, slos, **options)
         reqs = make(rate)

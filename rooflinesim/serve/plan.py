@@ -79,19 +79,15 @@ def _run_candidate(args) -> dict:
     from ..models.config import load_config
     from ..models.deploy import Deployment
     from .simulate import kv_cache_tokens, max_rate, serve
-    from .traffic import dataset_requests, random_requests
+    from .traffic import requests_at
 
     model = load_config(job["model"])
     spec = load_spec(c.gpu)
     profile = resolve_profile(spec, None)
     w = job["workload"]
 
-    def make(rate, n=None):
-        n = n or w["num_prompts"]
-        if w["dataset"] != "random":
-            return dataset_requests(w["dataset"], n, rate=rate, burstiness=w["burstiness"], seed=w["seed"])
-        return random_requests(n, w["input_len"], w["output_len"], rate=rate, burstiness=w["burstiness"],
-                               range_ratio=w["range_ratio"], seed=w["seed"])
+    def make(rate):
+        return requests_at(w, rate)
 
     out = {"candidate": c, "gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
            "profile": profile.kind}

@@ -109,6 +109,16 @@ def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: f
     return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
 
 
+def requests_at(workload: dict, rate: float) -> Requests:
+    """The requests of a workload (dataset, num_prompts, burstiness, seed, and for the random
+    dataset input_len, output_len, range_ratio) sent at ``rate``: the same lengths at any rate."""
+    w = workload
+    if w["dataset"] != "random":
+        return dataset_requests(w["dataset"], w["num_prompts"], rate=rate, burstiness=w["burstiness"], seed=w["seed"])
+    return random_requests(w["num_prompts"], w["input_len"], w["output_len"], rate=rate, burstiness=w["burstiness"],
+                           range_ratio=w["range_ratio"], seed=w["seed"])
+
+
 # column names a trace may use, ours first
 _COLUMNS = {
     "arrival": ("arrival_s", "arrival_time", "timestamp", "time"),
