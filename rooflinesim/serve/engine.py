@@ -447,7 +447,8 @@ class _SGLang(_Sim):
                 continue
             # 1. a prefill batch, if one can be formed
             free = capacity - used
-            reserved = sum(min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) for i in running) * ratio
+            run_ids = np.array(running, dtype=np.int64)
+            reserved = float(np.minimum(self.output[run_ids] - gen[run_ids], SGLANG_CLIP_NEW_TOKENS).sum()) * ratio
             rem_total, rem_input, rem_chunk = free - reserved, p.max_prefill_tokens, p.max_num_batched_tokens
             batch = []  # (request, tokens computed in this step)
             if chunked is not None:
