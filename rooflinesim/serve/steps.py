@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import itertools
 import math
 
 import numpy as np
@@ -64,25 +63,6 @@ class LogTable:
         for w in weights:  # (contract one axis at a time)
             block = block[0] * (1 - w) + block[1] * w
         return math.exp(block)
-
-    def many(self, *x) -> np.ndarray:
-        """``self(*point)`` at every point of the arrays ``x`` (broadcast together)."""
-        pts = np.broadcast_arrays(*(np.log(np.asarray(v, dtype=float)) for v in x))
-        cell, weights = [], []
-        for a, lv in zip(self.axes, pts):
-            i = np.minimum(np.maximum(np.searchsorted(a, lv, side="right") - 1, 0), len(a) - 2)
-            cell.append(i)
-            weights.append(np.minimum(np.maximum((lv - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
-        return np.exp(self._many(cell, weights))
-
-    def _many(self, cell: list, weights: list) -> np.ndarray:
-        out = 0.0
-        for corner in itertools.product((0, 1), repeat=len(cell)):
-            w = 1.0
-            for c, wi in zip(corner, weights):
-                w = w * (wi if c else 1 - wi)
-            out = out + w * self.log_z[tuple(i + c for i, c in zip(cell, corner))]
-        return out
 
 
 class StepTimes:
