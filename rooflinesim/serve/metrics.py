@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 PERCENTILES = (50, 90, 99)
-METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,6 @@ class Candidate:
     kv_dtype: str
     ep: int = 1  # expert parallelism (MoE models: the experts split over the TP ranks)
 
-    def label(self) -> str:
-        ep = f", EP {self.ep}" if self.ep > 1 else ""
-        return f"{self.gpu} x {self.tp} ({self.weights} weights, {self.kv_dtype} KV{ep})"
-
 
 def load_prices(path=None) -> dict:
     """GPU -> its default price entry (usd_per_gpu_hour, provider, product, date, source)."""
