@@ -395,3 +395,12 @@ def test_progress_hears_of_every_request_of_every_run():
     serve(LLAMA, H200, FITTED, Deployment(dp=2), random_requests(120, 512, 16, rate=20.0), interval_samples=2,
           progress=seen.append)
     assert sum(seen) == 120 * 3
+
+
+def test_a_decode_the_budget_does_not_reach_is_not_in_the_step():
+    # a tiny budget: the first running request's prompt takes it all, later decodes wait
+    reqs = Requests(np.array([0.0, 0.0, 0.05]), np.array([64, 64, 3000]), np.array([40, 40, 4]))
+    r = serve(LLAMA, H200, FITTED, Deployment(), reqs, max_num_batched_tokens=256, max_num_seqs=8)
+    s = r.served
+    assert int(s.steps["tokens"].max()) <= 256 and np.all(s.steps["sequences"] <= 3)
+    assert r.metrics["completed"] == 3

@@ -214,7 +214,6 @@ class _VllmV1(_Sim):
                 continue
             want = run.tokens - run.computed
             if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
-                free = p.kv_blocks - int(_sum(run.held))
                 done += self._finish(run, tokens, gen)
                 free = p.kv_blocks - int(_sum(run.held))
                 continue
@@ -255,16 +254,9 @@ class _VllmV1(_Sim):
                 raise UserError("the engine stalled: no request fits in the KV cache")
             # 3. the step: decode tokens and prefill chunks, priced
             ctx = run.computed + give
-            on = give > 0
-            decode = want == 1  # (a running request given nothing wants more than its budget share)
-            chunk = on & ~decode
+            on = give > 0  # (a running request the budget did not reach is not in the step)
             samples = on & (ctx == run.tokens)
-            n_dec = _count(decode)
-            chunk_tokens = int(_sum(give[chunk]))
-            dur = self.steps.step_s(
-                n_dec, float(_sum(ctx[decode])) / n_dec if n_dec else 0.0, _count(chunk), chunk_tokens,
-                float(_sum(give[chunk] * ctx[chunk])) / chunk_tokens if chunk_tokens else 0.0,
-                _count(samples)) + p.step_overhead_s
+            dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples)) + p.step_overhead_s
             self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free)
             self.now += dur
             run.computed = ctx
@@ -482,8 +474,7 @@ class _SGLang(_Sim):
                 g = np.array([x for _, x in batch])
                 ctx = computed[ids] + g
                 samples = ctx == tokens[ids]
-                dur = self.steps.step_s(0, 0.0, len(batch), int(g.sum()), float((g * ctx).sum() / g.sum()),
-                                        int(samples.sum())) + p.step_overhead_s
+                dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum())) + p.step_overhead_s
                 self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
                 self.now += dur
                 computed[ids] = ctx
@@ -601,12 +592,7 @@ class _TrtLlm(_Sim):
             k = int(np.argmin(fits)) if not fits.all() else act.size  # (the first that would pass ends it)
             ids, g = act[:k], want[:k]
             ctx = computed[ids] + g
-            decode = g == 1
-            chunk = ~decode
-            n_dec, chunk_tokens = int(decode.sum()), int(g[chunk].sum())
-            dur = self.steps.step_s(n_dec, float(ctx[decode].mean()) if n_dec else 0.0, int(chunk.sum()),
-                                    chunk_tokens, float((g[chunk] * ctx[chunk]).sum() / chunk_tokens)
-                                    if chunk_tokens else 0.0, int(ids.size)) + p.step_overhead_s
+            dur = self.steps.step_of(g, ctx, g == 1, int(ids.size)) + p.step_overhead_s
             self.record(self.now, dur, int(g.sum()), int(ids.size), reserved)
             self.now += dur
             computed[ids] = ctx

@@ -17,7 +17,7 @@ of a metric holds the middle ``INTERVAL_LEVEL`` of its values over the draws.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -186,9 +186,8 @@ def step_times(model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs
     search runs a dozen): by the identity of the model and spec (frozen), the values of the
     profile's parameters (``Profile.key``), the deployment and the limits (the answer never
     depends on what ran before)."""
-    key = (id(model), id(spec), profile.key() if hasattr(profile, "key") else (id(profile),), d.tp, d.pp, d.ep,
-           d.weights, d.activations, d.kv_cache, d.attention, d.group_size, d.sequence_parallel, d.eager,
-           max_tokens, max_seqs, max_context)
+    key = (id(model), id(spec), profile.key() if hasattr(profile, "key") else (id(profile),), replace(d, dp=1),
+           max_tokens, max_seqs, max_context)  # (the replicas price their steps alike)
     found = _STEP_TABLES.get(key)
     if found is None:
         if len(_STEP_TABLES) >= KEPT_TABLES:

@@ -143,6 +143,18 @@ class StepTimes:
         out._combine(np.array([float(multipliers.get(f, 1.0)) for f in self.families]))
         return out
 
+    def step_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int) -> float:
+        """``step_s`` of a step given per scheduled sequence: its new ``tokens``, its
+        ``context`` after them, and whether it is a ``decode`` (the rest are prefill chunks,
+        their context weighted by their tokens)."""
+        n_dec = int(np.count_nonzero(decode))
+        chunk = ~decode
+        chunk_tokens = int(tokens[chunk].sum())
+        return self.step_s(n_dec, float(context[decode].sum()) / n_dec if n_dec else 0.0,
+                           int(np.count_nonzero(chunk)), chunk_tokens,
+                           float((tokens[chunk] * context[chunk]).sum()) / chunk_tokens if chunk_tokens else 0.0,
+                           samplers)
+
     def _decode_row(self, n: int) -> np.ndarray:
         """The decode attention table's log times at ``n`` sequences over the context grid
         (its interpolation in the sequences, done once per ``n``)."""
