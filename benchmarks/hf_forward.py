@@ -3,6 +3,7 @@
 attention, on one GPU.
 
     python benchmarks/hf_forward.py --out FILE.jsonl [--model NAME ...] [--layers N] [--budget-s S]
+        [--prefill BxS ...] [--decode BxC ...] [--trace]
 
 Per model: prefill (batch x prompt, no cache) and one decode step with a StaticCache, or
 with ``--cache dynamic`` a DynamicCache (batch x context: the cache filled to the context,
@@ -12,6 +13,9 @@ one new token), each
   * graph (decode only): the decode step captured once in a CUDA graph and replayed;
   * kernels: one profiled forward, the sum of its kernel durations and their count, and the
     ten kernels that took longest in all (name, count, seconds).
+With ``--trace`` each point is instead one profiled forward written op by op: every aten op
+that launched kernels, in launch order, with its input shapes and dtypes and its kernels'
+names and durations (the kernel inventory of transformers' forward, as run).
 Weights and caches are built once per model; inputs are random token ids. ``--layers``
 keeps that many decoder layers (the record says how many; the rest of the config is the
 preset's), so that large models fit and runs stay short. Needs torch and transformers.
@@ -96,6 +100,46 @@ def _kernels(torch, fn) -> dict:
             "top_kernels": [{"name": k[:120], "count": n, "s": s / 1e6} for k, (n, s) in top]}
 
 
+def _trace(torch, fn) -> dict:
+    """One profiled call, op by op: each aten op that launched kernels (innermost), in launch
+    order, with its input shapes and dtypes and its kernels (name, microseconds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        fn()
+        torch.cuda.synchronize()
+    dtypes = {}
+    try:  # (dtypes are on kineto's raw events, keyed by the op's correlation id)
+        for ev in prof.profiler.kineto_results.events():
+            if str(ev.device_type()).rsplit(".", 1)[-1] == "CPU":
+                dtypes[ev.correlation_id()] = [str(t) for t in ev.dtypes()]
+    except Exception:  # noqa: BLE001 (older or newer profilers: shapes only)
+        pass
+    ops, total = [], 0.0
+    for e in prof.events():
+        ks = [k for k in (getattr(e, "kernels", None) or [])]
+        if not ks:
+            continue
+        rows = [[k.name[:140], round(float(k.duration), 3)] for k in ks]
+        total += sum(r[1] for r in rows)
+        start = getattr(getattr(e, "time_range", None), "start", 0)
+        ops.append({"t": start, "op": e.name, "shapes": [list(x) if isinstance(x, (list, tuple)) else x
+                                                       for x in (e.input_shapes or [])],
+                    "dtypes": dtypes.get(e.id, []), "kernels": rows})
+    ops.sort(key=lambda o: o["t"])
+    for o in ops:
+        del o["t"]
+    host = []  # where the host's time goes: the ops with the most self CPU time
+    try:
+        for a in sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:20]:
+            host.append([a.key[:80], a.count, round(float(a.self_cpu_time_total), 1)])
+    except Exception:  # noqa: BLE001
+        pass
+    return {"ops": ops, "op_kernel_sum_s": total / 1e6, "host_self_us": host, **_kernels(torch, fn)}
+
+
 def _static_cache(cfg, batch, length, device, dtype):
     from transformers import StaticCache
 
@@ -106,7 +150,7 @@ def _static_cache(cfg, batch, length, device, dtype):
 
 
 def run_model(torch, name: str, layers: int | None, out, deadline: float, base: dict, cache_kind: str = "static",
-              prefill: bool = True) -> None:
+              prefill=PREFILL, decode=DECODE, trace: bool = False) -> None:
     from transformers import AutoModelForCausalLM
 
     cfg, d = _config(name, layers)
@@ -127,12 +171,16 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
         print(json.dumps({k: rec[k] for k in rec if k not in ("top_kernels",)})[:300], file=sys.stderr, flush=True)
 
     with torch.inference_mode():
-        for batch, prompt in PREFILL if prefill else ():
+        for batch, prompt in prefill:
             if time.time() > deadline:
                 return
             ids = torch.randint(0, vocab, (batch, prompt), device="cuda")
             try:
                 fn = lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1)  # noqa: E731
+                if trace:
+                    emit({**head, "phase": "prefill", "batch": batch, "seq": prompt, "mode": "trace",
+                          **_trace(torch, fn), "status": "ok"})
+                    continue
                 dev, wall = _cuda_time(torch, fn)
                 emit({**head, "phase": "prefill", "batch": batch, "seq": prompt, "mode": "eager", "measured_s": dev,
                       "wall_s": wall, **_kernels(torch, fn), "status": "ok"})
@@ -140,10 +188,11 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
                 emit({**head, "phase": "prefill", "batch": batch, "seq": prompt, "status": "failed",
                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"})
             torch.cuda.empty_cache()
-        for batch, context in DECODE:
+        for batch, context in decode:
             if time.time() > deadline:
                 return
-            rec = {**head, "phase": "decode", "batch": batch, "context": context, "cache": cache_kind}
+            rec = {**head, "phase": "decode", "batch": batch, "context": context, "cache": cache_kind,
+                   **({"cache_len": context + SLACK} if cache_kind == "static" else {})}
             try:
                 fill = torch.randint(0, vocab, (batch, context), device="cuda")
                 tok = torch.randint(0, vocab, (batch, 1), device="cuda")
@@ -165,6 +214,11 @@ def run_model(torch, name: str, layers: int | None, out, deadline: float, base: 
                     def step():
                         return model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
 
+                if trace:
+                    emit({**rec, "mode": "trace", **_trace(torch, step), "status": "ok"})
+                    del cache, fill
+                    torch.cuda.empty_cache()
+                    continue
                 dev, wall = _cuda_time(torch, step)
                 emit({**rec, "mode": "eager", "measured_s": dev, "wall_s": wall, **_kernels(torch, step),
                       "status": "ok"})
@@ -207,7 +261,15 @@ def main() -> None:
     ap.add_argument("--cache", choices=("static", "dynamic"), default="static",
                     help="decode with a StaticCache (also graph-replayed) or a DynamicCache (eager only)")
     ap.add_argument("--no-prefill", action="store_true", help="decode steps only")
+    ap.add_argument("--prefill", action="append", default=None, metavar="BxS",
+                    help="prefill points (batch x prompt), instead of the default ones")
+    ap.add_argument("--decode", action="append", default=None, metavar="BxC",
+                    help="decode points (batch x context), instead of the default ones")
+    ap.add_argument("--trace", action="store_true", help="one profiled forward per point, op by op")
     args = ap.parse_args()
+    points = lambda xs, default: [tuple(int(v) for v in x.split("x")) for x in xs] if xs else default  # noqa: E731
+    prefill = [] if args.no_prefill else points(args.prefill, PREFILL)
+    decode = points(args.decode, DECODE)
     import torch
     import transformers
 
@@ -223,7 +285,7 @@ def main() -> None:
             if time.time() > deadline:
                 break
             try:
-                run_model(torch, name, args.layers, out, deadline, base, args.cache, not args.no_prefill)
+                run_model(torch, name, args.layers, out, deadline, base, args.cache, prefill, decode, args.trace)
             except Exception as e:  # noqa: BLE001
                 out.write(json.dumps({**base, "model": name, "status": "failed",
                                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}) + "\n")

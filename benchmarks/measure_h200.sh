@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -277,6 +277,31 @@ hf2)
   done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+hf3)
+  # one GPU: transformers' forward op by op (benchmarks/hf_forward.py --trace: every aten op
+  # that launched kernels, with shapes, dtypes and its kernels), two layers of each model
+  # (DeepSeek-V2-Lite: one dense, one MoE), prefill, StaticCache and DynamicCache decode;
+  # then timed forwards of models and points that no fit or check has used (hf-untouched-*)
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-hf3.txt
+  timeout 170 python3 benchmarks/hf_forward.py --trace --layers 2 --model llama-3.1-8b --model qwen2.5-7b \
+    --model phi-3-mini-4k --model mistral-7b-v0.3 --model mixtral-8x7b --model qwen3-30b-a3b \
+    --model deepseek-v2-lite --prefill 1x512 --prefill 4x1024 --decode 1x512 --decode 16x2048 \
+    --out "$out/hf-ops.jsonl" --budget-s 150 >>"$out/$log" 2>&1
+  timeout 70 python3 benchmarks/hf_forward.py --trace --layers 2 --cache dynamic --no-prefill \
+    --model llama-3.1-8b --model phi-3-mini-4k --model qwen3-30b-a3b --decode 1x512 --decode 16x2048 \
+    --out "$out/hf-ops-dynamic.jsonl" --budget-s 55 >>"$out/$log" 2>&1
+  for m in "phi-4 hf-untouched-phi4.jsonl 95" "deepseek-v2-lite hf-untouched-dsv2lite.jsonl 85" \
+           "llama-3.1-8b hf-untouched-llama.jsonl 65"; do
+    set -- $m
+    timeout $(( $3 + 15 )) python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s "$3" \
+      --prefill 2x256 --prefill 1x1024 --prefill 2x1536 --decode 4x256 --decode 16x512 --decode 48x1024 \
+      --decode 128x512 >>"$out/$log" 2>&1
+  done
+  timeout 60 python3 benchmarks/hf_forward.py --model phi-4 --cache dynamic --no-prefill --decode 4x256 \
+    --decode 16x512 --decode 48x1024 --out "$out/hf-untouched-dynamic.jsonl" --budget-s 45 >>"$out/$log" 2>&1
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -307,6 +332,8 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  hf3) keep_only hf-ops.jsonl hf-ops-dynamic.jsonl hf-untouched-phi4.jsonl hf-untouched-dsv2lite.jsonl \
+    hf-untouched-llama.jsonl hf-untouched-dynamic.jsonl ;;
   hf2) keep_only hf-dynamic-llama.jsonl hf-dynamic-qwen.jsonl hf-forward-mistral.jsonl hf-forward-phi3.jsonl \
     hf-forward-qwen3moe8.jsonl ;;
   hf1) keep_only hf-forward-llama.jsonl hf-forward-qwen.jsonl hf-forward-mixtral8.jsonl ;;
