@@ -1,60 +1,89 @@
-"""Hugging Face transformers' measured forward (benchmarks/hf_forward.py on the H200) against
-what `predict model` says for the same shapes: the gap an engine's fused kernels leave to
-transformers' own (`--engine hf` is not built yet; this measures how far off the engine
-view is for people who run transformers).
+"""Hugging Face transformers' measured forward against `predict model --engine hf`.
 
-    python benchmarks/hf_check.py
+    python benchmarks/hf_check.py [FILE.jsonl ...] [--rows] [--engine]
 
-Per record: the measured time (eager: launched from Python; graph: the decode step
-replayed), the profiler's kernel sum, and `predict model`'s step for the same batch and
-lengths on the same number of layers (a config with fewer layers where the measurement kept
-fewer), and their ratio.
+Files default to the development set (the hf-forward-*, hf-dynamic-* and hf-ops* files of
+benchmarks/measurements/h200-sxm/); give others to check them (the hf-untouched-* files were
+measured once, after the inventory and the host fit were fixed, and are looked at once).
+Per record, what the issue's goals compare:
+  prefill (eager forward, no cache)  the profiler's kernel sum against the predicted kernel sum
+  decode, CUDA graph (StaticCache)   the replayed step against the predicted step
+  decode, eager (either cache)       the measured step (device events around the Python call)
+                                     against the predicted eager step (host and GPU in series)
+  op traces (two layers)             each forward's kernel sum, prefill and decode
+and the median and 90th percentile of |error| per kind. ``--engine`` adds, per record, what
+the engine view (`predict model` without --engine hf) says; ``--rows`` prints every record.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 DATA = Path(__file__).resolve().parent / "measurements" / "h200-sxm"
-PRESETS = Path(__file__).resolve().parents[1] / "rooflinesim" / "models" / "presets"
-FILES = ["hf-forward-llama", "hf-forward-qwen", "hf-forward-mixtral8", "hf-forward-mistral", "hf-forward-phi3",
-         "hf-forward-qwen3moe8", "hf-dynamic-llama", "hf-dynamic-qwen"]
+DEVELOPMENT = ["hf-forward-llama", "hf-forward-qwen", "hf-forward-mixtral8", "hf-forward-mistral", "hf-forward-phi3",
+               "hf-forward-qwen3moe8", "hf-dynamic-llama", "hf-dynamic-qwen", "hf-ops", "hf-ops-dynamic"]
+
+
+def kind_of(r: dict) -> str | None:
+    if r.get("status") != "ok" or "phase" not in r:
+        return None
+    if r["mode"] == "trace":
+        return f"trace {r['phase']}"
+    if r["phase"] == "prefill":
+        return "prefill kernel sum" if "kernel_sum_s" in r else None
+    return f"decode {r['mode']}" + (" dynamic" if r.get("cache") == "dynamic" and r["mode"] == "eager" else "")
+
+
+def predicted(r: dict, spec, profile, engine: bool = False) -> float:
+    from rooflinesim.calibration.hf import record_step
+    from rooflinesim.models.workload import price_phases
+
+    model, d, ph = record_step(r, engine=engine)
+    return float(price_phases(model, spec, profile, d, [ph])[0].step_s[0])
+
+
+def truth(r: dict) -> float:
+    return r["kernel_sum_s"] if r["phase"] == "prefill" or r["mode"] == "trace" else r["measured_s"]
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--rows", action="store_true")
+    ap.add_argument("--engine", action="store_true")
+    args = ap.parse_args()
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
-    from rooflinesim.models.config import from_hf_dict
-    from rooflinesim.models.deploy import Deployment
-    from rooflinesim.models.workload import Phase, price_phases
 
     spec = load_spec("h200")
     profile = resolve_profile(spec, None)
-    print("| model (layers) | phase | batch | tokens | mode | measured ms | kernel sum ms (kernels) | predict model ms | "
-          "measured / predicted |\n|---|---|---|---|---|---|---|---|---|")
-    for name in FILES:
-        path = DATA / f"{name}.jsonl"
-        if not path.exists():
-            continue
+    files = [Path(f) for f in args.files] or [DATA / f"{n}.jsonl" for n in DEVELOPMENT]
+    errors: dict[str, list[float]] = {}
+    if args.rows:
+        print("| model (layers) | phase | batch | tokens | cache | mode | measured ms | predicted ms | error |"
+              + (" engine ms |" if args.engine else "") + "\n|---|---|---|---|---|---|---|---|---|"
+              + ("---|" if args.engine else ""))
+    for path in files:
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            if r.get("status") != "ok" or "phase" not in r:
+            kind = kind_of(r)
+            if kind is None:
                 continue
-            d = json.loads((PRESETS / f"{r['model']}.json").read_text())
-            d["num_hidden_layers"] = r["layers"]
-            model = from_hf_dict(d, name=r["model"])
-            if r["phase"] == "prefill":
-                ph = Phase("prefill", batch=r["batch"], seq_q=r["seq"], seq_kv=r["seq"], sequences=r["batch"])
-                n = r["seq"]
-            else:
-                ph = Phase("decode", batch=r["batch"], seq_q=1, seq_kv=r["context"] + 1, sequences=r["batch"])
-                n = r["context"]
-            pred = float(price_phases(model, spec, profile, Deployment(), [ph])[0].step_s[0])
-            ks = f"{r['kernel_sum_s'] * 1e3:.2f} ({r['kernels']})" if "kernel_sum_s" in r else "-"
-            mode = r["mode"] + (f", {r['cache']} cache" if r["phase"] == "decode" and "cache" in r else "")
-            print(f"| {r['model']} ({r['layers']}) | {r['phase']} | {r['batch']} | {n} | {mode} | "
-                  f"{r['measured_s'] * 1e3:.2f} | {ks} | {pred * 1e3:.2f} | {r['measured_s'] / pred:.2f} |")
+            p, m = predicted(r, spec, profile), truth(r)
+            errors.setdefault(kind, []).append(p / m - 1)
+            if args.rows:
+                n = r.get("seq") or r.get("context")
+                eng = f" {predicted(r, spec, profile, engine=True) * 1e3:.2f} |" if args.engine else ""
+                print(f"| {r['model']} ({r['layers']}) | {r['phase']} | {r['batch']} | {n} | {r.get('cache', '-')} | "
+                      f"{r['mode']} | {m * 1e3:.2f} | {p * 1e3:.2f} | {p / m - 1:+.1%} |{eng}")
+    print("\n| kind | records | median abs error | p90 abs error | median signed error |\n|---|---|---|---|---|")
+    for kind, e in sorted(errors.items()):
+        a = np.abs(e)
+        print(f"| {kind} | {len(e)} | {np.median(a):.1%} | {np.percentile(a, 90):.1%} | {np.median(e):+.1%} |")
 
 
 if __name__ == "__main__":

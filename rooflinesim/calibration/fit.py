@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
 from .folds import held_out
+from .hf import fit_hf_host
 from .host import fit_host
 from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile
 from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
@@ -192,9 +193,19 @@ def _groups(meas: Measurements, spec) -> list[Group]:
         # a copy kernel: 16-bit buffers run its 16-byte vector loads whatever their size's
         # alignment (the kernel names: vectorized_elementwise_kernel<8>), odd byte counts
         # a 4-byte one (<4>): the latter alone pay align2_memory (rules.memory)
-        Group("copy", "memory", "copy", lambda r: r["op"] == "copy" and not is_graph_memcpy(r),
+        Group("copy", "memory", "copy", lambda r: r["op"] == "copy" and not is_graph_memcpy(r)
+              and r.get("layout", "contiguous") == "contiguous",
               ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
                "align2_memory", "align2_launch_s"), fixed={"align8_memory": 1.0}),
+        # PyTorch's generic elementwise kernel over a strided or broadcast source (repeat_kv's
+        # expand-and-reshape) and torch.roll: their own bandwidth, the contiguous copy's
+        # fixed costs (kernels of transformers' profiled forwards, benchmarks/hf_forward.py)
+        # (the roll's records so far are of one size: its bandwidth alone)
+        *[Group(f"copy:{layout}", "memory", f"copy:{layout}",
+                lambda r, layout=layout: r["op"] == "copy" and r.get("layout") == layout,
+                free, inherit=("memory", "copy"))
+          for layout, free in (("strided", ("memory_efficiency", "launch_s")), ("cast", ("memory_efficiency", "launch_s")),
+                               ("roll", ("memory_efficiency",)))],
         # a contiguous copy_ in a CUDA graph runs as a memcpy node: its own fixed costs,
         # misaligned paths and a slowdown past a size (benchmarks/copy_modes.py)
         Group("copy:graph_memcpy", "memory", "copy:graph_memcpy", is_graph_memcpy,
@@ -378,7 +389,10 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
         if errs.size:
             group_cv[group.name] = stats(errs)
             for r, e in zip([r for r, o in zip(recs, ok) if o], errs):
-                cv_errors[id(r)] = (r["op"], float(e))  # a later group refines an earlier one
+                # (a later group refines an earlier one; transformers' copies apart by layout)
+                op = f"copy:{r['layout']}" if r["op"] == "copy" and r.get("layout", "contiguous") != "contiguous" \
+                    else r["op"]
+                cv_errors[id(r)] = (op, float(e))
     if not fitted:
         ops = ", ".join(f"{op} {n}" for op, n in sorted(Counter(r["op"] for r in mine).items()))
         raise UserError(f"nothing to fit on {spec.name}: no kernel family has the {MIN_RECORDS} "
@@ -387,6 +401,10 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     profile, host_errors, host_cv = fit_host(meas.records, spec, profile, folds)
     group_cv.update(host_cv)
     cv_errors.update({i: (f"{op}/eager", e) for i, (op, e) in host_errors.items()})
+    # transformers' eager decode steps (benchmarks/hf_forward.py), on the GPU side just fitted
+    profile, hf_errors, hf_cv = fit_hf_host(meas.records, spec, profile)
+    group_cv.update(hf_cv)
+    cv_errors.update({i: (f"{op}/eager", e) for i, (op, e) in hf_errors.items()})
     by_op: dict[str, list[float]] = {}
     for op, e in cv_errors.values():
         by_op.setdefault(op, []).append(e)

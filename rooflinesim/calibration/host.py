@@ -116,7 +116,8 @@ def fit_host(meas_records, spec, profile: Profile, folds: int = 5) -> tuple[Prof
     """The profile with its host side fitted to the eager records among ``meas_records``;
     (profile, held-out errors per record id as (op, error), cross-validated stats per
     host key)."""
-    recs = [r for r in meas_records if is_eager(r)]  # (the caller keeps those measured on spec)
+    # (the caller keeps those measured on spec; transformers' forwards: rooflinesim.calibration.hf)
+    recs = [r for r in meas_records if is_eager(r) and r["op"] != "hf_forward"]
     errors: dict[int, tuple[str, float]] = {}
     group_cv: dict[str, dict] = {}
     groups = host_groups(recs, spec)

@@ -115,6 +115,9 @@ def load(paths) -> Measurements:
                 raise UserError(f"{where}: a record needs an 'op' field")
             _check_fields(rec, where)
             rec["_source"] = f"{p.name}:{lineno}"
+            if rec["op"] == "hf_forward" and rec.get("mode") == "trace":
+                out.records += trace_kernels(rec, where)  # (the trace's kernels that a fit uses)
+                continue
             if rec.get("status", "ok") != "ok":
                 out.failed.append(rec)
                 continue
@@ -122,6 +125,49 @@ def load(paths) -> Measurements:
             if not _is_number(t) or t <= 0:
                 raise UserError(f"{where}: measured_s must be a positive number of seconds")
             out.records.append(rec)
+    return out
+
+
+def trace_kernels(rec: dict, where: str) -> list[dict]:
+    """The copies of an op-by-op trace of transformers' forward (benchmarks/hf_forward.py
+    --trace) that no harness suite times, as copy records, each kernel's duration in the
+    profiled forward its measured time: PyTorch's non-vectorized elementwise path
+    (``layout`` strided) in repeat_kv's copies of an expanded [b, kv_heads, repeats, keys,
+    head_dim] view, RMSNorm's casts up to fp32 (``layout`` cast) and a sliding cache's
+    ``torch.roll`` (``layout`` roll)."""
+    if rec.get("status", "ok") != "ok":
+        return []
+    ops = rec.get("ops")
+    if not isinstance(ops, list):
+        raise UserError(f"{where}: a trace record needs its 'ops' list")
+    keep = {k: rec[k] for k in ("hardware", "torch", "cuda", "sm_count", "total_memory_bytes") if k in rec}
+    out = []
+    for i, o in enumerate(ops):
+        try:
+            name, shapes, kernels = o["op"], o["shapes"], o["kernels"]
+            dtypes = o.get("dtypes") or []
+            if name not in ("aten::copy_", "aten::roll") or not shapes:
+                continue
+            first = shapes[0]
+            layout, per_element = None, 2
+            if name == "aten::copy_" and len(first) == 5 and dtypes[:2] == ["c10::BFloat16"] * 2:
+                layout = "strided"  # repeat_kv: an expanded view copied out
+            elif name == "aten::copy_" and dtypes[:2] == ["float", "c10::BFloat16"]:
+                layout, per_element = "cast", 3  # a cast up to fp32: reads 2 bytes, writes 4
+            elif name == "aten::roll" and len(first) >= 3:
+                layout = "roll"
+            if layout is None or len(kernels) != 1:
+                continue
+            elements = 1
+            for n in first:
+                elements *= int(n)
+            seconds = float(kernels[0][1]) / 1e6
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise UserError(f"{where}: op {i} of the trace is not an op, its shapes and kernels") from None
+        if seconds > 0 and elements > 0:
+            out.append({**keep, "op": "copy", "layout": layout, "bytes": per_element * elements, "graph": True,
+                        "impl": "kernel", "mode": "profiled", "measured_s": seconds,
+                        "_source": f"{rec.get('_source', where)} op {i}"})
     return out
 
 
@@ -181,6 +227,7 @@ def to_op(rec: dict):
     """The op a record measured."""
     from ..attention_kernels import from_record
     from ..ops import Attention, Collective, Copy, Gemm, MoE, Norm
+    from ..ops.memory import COPY_LAYOUTS
 
     op = rec["op"]
     try:
@@ -204,7 +251,10 @@ def to_op(rec: dict):
             return Collective(kind=op, bytes=nbytes, world_size=ws, dtype=rec.get("dtype", "bf16"))
         if op == "copy":
             (nbytes,) = _need(rec, "bytes")
-            return Copy(bytes=nbytes, graph_memcpy=is_graph_memcpy(rec))
+            layout = rec.get("layout", "contiguous")
+            if layout not in COPY_LAYOUTS:
+                raise Unpredictable(f"unknown copy layout '{layout}'")
+            return Copy(bytes=nbytes, graph_memcpy=is_graph_memcpy(rec), layout=layout)
         if op == "rmsnorm":
             t, h = _need(rec, "tokens", "hidden")
             return Norm(tokens=t, hidden=h, dtype=rec.get("dtype", "bf16"))

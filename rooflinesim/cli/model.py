@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import re
 
 import click
@@ -63,6 +65,12 @@ class BatchOrMax(Size):
 @click.option("--launch-overhead", default=None,
               help="Host time per kernel launch with --eager (default: the profile's fitted host time "
                    "of one call, else 4us).")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "hf"]), default="vllm", show_default=True,
+              help="Whose kernels: vllm, sglang and trtllm run the same fused kernels; hf is Hugging Face "
+                   "transformers' eager forward (SDPA, one GPU), with where its time goes.")
+@click.option("--hf-cache", type=click.Choice(["static", "dynamic"]), default=None,
+              help="--engine hf: the KV cache (default: dynamic with --eager, as generate() runs; static "
+                   "otherwise, the cache a CUDA graph captures, sized prompt + gen).")
 @click.option("--decode-points", type=Size(max=MAX_DECODE_POINTS), default=4, show_default=True,
               help="Decode contexts averaged into the time per output token.")
 @click.option("--memory-fraction", "--gpu-memory-utilization", "memory_fraction",
@@ -74,7 +82,7 @@ class BatchOrMax(Size):
 @json_option
 def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parallel, microbatches,
           weights, activations, kv_dtype, group_size, attention, eager, launch_overhead,
-          decode_points, memory_fraction, gpu, spec_files, profile, as_json):
+          engine, hf_cache, decode_points, memory_fraction, gpu, spec_files, profile, as_json):
     """A model served on GPUs: time to first token, time per output token, throughput, and
     the kernels of prefill and decode with their times."""
     from ..models.deploy import Deployment, max_batch
@@ -96,7 +104,10 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    weights=weights, activations=activations and activations.lower(),
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
-                   launch_overhead_s=overhead_s)
+                   launch_overhead_s=overhead_s, kernels="hf" if engine == "hf" else "engine",
+                   hf_cache=hf_cache if engine == "hf" else None)
+    if hf_cache is not None and engine != "hf":
+        raise UserError("--hf-cache goes with --engine hf")
     source = click.get_current_context().get_parameter_source("batch")
     how = "default" if source == click.core.ParameterSource.DEFAULT else "given"
     if batch == "max":
@@ -107,13 +118,36 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                       decode_points=decode_points)
     for note in r.warnings:
         click.echo(f"warning: {note}", err=True)
+    fused = None
+    if d.kernels == "hf":  # what an engine's fused kernels in a CUDA graph would take instead
+        fused = predict_model(cfg, spec, prof, replace(d, kernels="engine", hf_cache=None, eager=False),
+                              batch=batch, prompt=prompt, gen=gen, decode_points=decode_points)
     if as_json:
-        emit_json({**r.as_dict(), "batch_from": how, "profile": profile_label(prof)})
+        extra = {}
+        if fused is not None:
+            extra = {"engine_comparison": {"ttft_s": fused.ttft_s, "tpot_s": fused.tpot_s,
+                                           "kernels": "engine, CUDA graph"},
+                     "categories": {name: ph_categories(ph) for name, ph in (("prefill", r.prefill),
+                                                                              ("decode", r.decode))}}
+        emit_json({**r.as_dict(), **extra, "batch_from": how, "profile": profile_label(prof)})
         return
-    _print(r, prof, how)
+    _print(r, prof, how, fused)
 
 
-def _print(r, prof, how) -> None:
+def ph_categories(phase) -> list[dict]:
+    """transformers' ops of a phase gathered into what they are (time and share per category)."""
+    from ..models.hf import category
+
+    total, out = 0.0, {}
+    for o in phase.table():
+        c = category(o["op"])
+        out[c] = out.get(c, 0.0) + o["time_s"]
+        total += o["time_s"]
+    return [{"category": c, "time_s": t, "share": t / (total or 1.0)}
+            for c, t in sorted(out.items(), key=lambda kv: -kv[1])]
+
+
+def _print(r, prof, how, fused=None) -> None:
     from ..models.workload import host_per_launch
     from ..units import format_bytes, format_rate, format_seconds
 
@@ -123,6 +157,9 @@ def _print(r, prof, how) -> None:
            f"[profile: {profile_label(prof)}]"]
     view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each" if d.eager
             else "CUDA graph (kernel sum)")
+    if d.kernels == "hf":
+        view = (f"transformers' eager forward, {format_seconds(host_per_launch(d, prof))} host time per PyTorch "
+                f"op" if d.eager else "transformers' forward, decode replayed as a CUDA graph (prefill: kernel sum)")
     chunk = f", prefill in chunks of {r.chunk}" if r.chunk else ""
     out.append(f"batch {r.batch} ({how}), prompt {r.prompt}, gen {r.gen}{chunk}; the batch's prompts "
                f"are prefilled together; {view}")
@@ -130,7 +167,9 @@ def _print(r, prof, how) -> None:
     rows = [
         ("time to first token", format_seconds(r.ttft_s)),
         ("time per output token", f"{format_seconds(r.tpot_s)}  (mean step at contexts "
-                                  f"{', '.join(str(int(c)) for c in ctx)})"),
+                                  f"{', '.join(str(int(c)) for c in ctx)})" if not (
+                                      d.kernels == "hf" and d.hf_cache == "static") else
+         f"{format_seconds(r.tpot_s)}  (each step reads the whole static cache: {int(ctx[0])} tokens)"),
         ("end-to-end latency", format_seconds(r.e2e_s)),
     ]
     for key, label in (("decode", "decode tokens/s"), ("overall", "output tokens/s, end to end"),
@@ -141,6 +180,14 @@ def _print(r, prof, how) -> None:
                  f"{format_bytes(mem['kv_cache_bytes_per_gpu'], binary=False)} of "
                  f"{format_bytes(mem['capacity_bytes'], binary=False)}"))
     out.append(table(rows, align=["<", "<"]))
+    if fused is not None:
+        out += ["", f"an engine's fused kernels in a CUDA graph (--engine vllm) would take "
+                    f"{format_seconds(fused.ttft_s)} to the first token and {format_seconds(fused.tpot_s)} "
+                    f"per output token"]
+        for name, phase in (("prefill", r.prefill), ("decode", r.decode)):
+            out += ["", f"where transformers' {name} time goes"]
+            out.append(table([(c["category"], format_seconds(c["time_s"]), f"{100 * c['share']:.1f}%")
+                              for c in ph_categories(phase)], headers=("ops", "time", "share")))
     each = "per GPU, one microbatch through every stage"
     titles = {"prefill": f"prefill (whole prompt{{}}; {each})",
               "decode": f"decode (one step, mean over the contexts; {each})"}

@@ -478,11 +478,15 @@ def load_config(path_or_name: str | os.PathLike) -> ModelConfig:
     """A ModelConfig from a config.json path, a directory holding one, or a preset named
     by its Hugging Face id or short name (case-insensitive). Nothing is downloaded."""
     path = Path(path_or_name)
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError:  # (a name too long to be a path: a preset name, or nothing)
+        is_dir = is_file = False
+    if is_dir:
         if not (path / "config.json").is_file():
             raise UserError(f"{path}: the directory has no config.json")
         return _load_file(path / "config.json")
-    if path.is_file():
+    if is_file:
         return _load_file(path)
     text = os.fspath(path_or_name)
     preset = presets.find_preset(text)

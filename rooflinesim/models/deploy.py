@@ -37,6 +37,7 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 # attention classes a deployment may name; None is the GPU's default, and the kernel a
 # class runs on a GPU is resolved when it is priced (rooflinesim.attention_kernels)
 ATTENTION = ("fa3", "fa2", "naive")
+KERNELS = ("engine", "hf")
 
 
 def _dtype_name(what: str, value: str, allowed) -> str:
@@ -69,6 +70,12 @@ class Deployment:
     microbatches: int | None = None  # pipeline microbatches; default pp (capped at the batch)
     eager: bool = False  # no CUDA graph: kernels launched from Python, host time per launch
     launch_overhead_s: float | None = None  # host time per launch (None: the profile's)
+    # whose kernels: "engine" (vLLM, SGLang and TensorRT-LLM fuse alike) or "hf" (Hugging Face
+    # transformers' eager forward, rooflinesim.models.hf)
+    kernels: str = "engine"
+    # hf only: the KV cache, "static", "dynamic" or "none" (use_cache=False); None: dynamic
+    # eagerly (generate()'s default), static under a CUDA graph (the one a graph can capture)
+    hf_cache: str | None = None
 
     def __post_init__(self):
         for f in ("tp", "pp", "ep", "dp", "group_size"):
@@ -87,9 +94,13 @@ class Deployment:
                 isinstance(self.launch_overhead_s, (int, float)) and 0 <= self.launch_overhead_s < 1):
             raise UserError(f"the launch overhead must be a non-negative time "
                             f"(got {self.launch_overhead_s!r})")
+        if self.kernels not in KERNELS:
+            raise UserError(f"the kernels must be one of {', '.join(KERNELS)} (got {self.kernels!r})")
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "activations", a)
         object.__setattr__(self, "kv_cache", kv)
+        if self.kernels == "hf" and self.hf_cache is None:
+            object.__setattr__(self, "hf_cache", "dynamic" if self.eager else "static")
 
     @property
     def gpus_per_replica(self) -> int:
@@ -106,9 +117,10 @@ class Deployment:
         if self.sequence_parallel:
             par.append("sequence parallel")
         w = self.weights + (f" (w4a16, group {self.group_size})" if self.weights == "int4" else "")
+        hf = (f"; transformers' eager kernels, {self.hf_cache} cache" if self.kernels == "hf" else "")
         return (f"{', '.join(par)}; {w} weights, {self.activations} activations, "
                 f"{self.kv_cache} KV cache, "
-                f"{attention or (self.attention or 'the GPU default') + ' attention'}")
+                f"{attention or (self.attention or 'the GPU default') + ' attention'}{hf}")
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp,
@@ -117,7 +129,7 @@ class Deployment:
                 "group_size": self.group_size, "attention": self.attention,
                 "microbatches": self.microbatches, "eager": self.eager,
                 "launch_overhead_s": self.launch_overhead_s if self.eager else None,
-                "gpus": self.gpus}
+                "kernels": self.kernels, "hf_cache": self.hf_cache, "gpus": self.gpus}
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class Kernel(NamedTuple):
     count: int = 1  # runs per layer ("layer", "dense", "moe") or per forward (others)
     where: str = "layer"  # layer (every layer), dense, moe, first (stage), last, send
     mask: Any = 1  # per point: 0 where the step skips the kernel (logits of early chunks)
+    host: str = ""  # a profile host key: host seconds a run adds beyond its launches (eager)
 
     @property
     def op(self):

@@ -28,6 +28,7 @@ from ..predict import predict
 from ..timing import Timing, with_fields
 from ..trace import Tape, Var, asarray, record
 from .deploy import Deployment, shard
+from .hf import hf_kernels
 from .kernels import Kernel, Phase, _all_args, phase_kernels
 
 
@@ -74,6 +75,7 @@ class _Layout:
     names: tuple  # the table's rows: kernel names, in order of first appearance
     row_of: np.ndarray  # per kernel: its table row
     row_counts: list  # per table row: runs per forward pass
+    host_keys: tuple  # per kernel: a profile host key of what a run adds on the host, or ""
 
 
 _STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
@@ -89,7 +91,7 @@ def _layout(kernels: list[Kernel], sh, d: Deployment) -> _Layout:
     row = {name: r for r, name in enumerate(names)}
     counts, row_of = mult.sum(axis=1), np.array([row[k.name] for k in kernels])
     return _Layout(mult, counts, np.array([[k.launches] for k in kernels], dtype=float), names, row_of,
-                   _row_sums(row_of, counts, len(names)))
+                   _row_sums(row_of, counts, len(names)), tuple(k.host for k in kernels))
 
 
 def _row_sums(row_of: np.ndarray, x: np.ndarray, rows: int) -> list:
@@ -125,10 +127,11 @@ class _Plan:
     def __init__(self, model, d: Deployment, names: tuple):
         self.sharding = sh = shard(model, d)
         self.tapes, self.kernels = [], []
+        build = hf_kernels if d.kernels == "hf" else phase_kernels
         for name in names:
             tape = Tape(len(_INPUTS))
             b, q, k, logits = tape.variables()
-            self.kernels.append(phase_kernels(model, d, Phase(name, batch=b, seq_q=q, seq_kv=k, sequences=1,
+            self.kernels.append(build(model, d, Phase(name, batch=b, seq_q=q, seq_kv=k, sequences=1,
                                                               logits=logits), sh))
             self.tapes.append(tape)
         self.sizes = tuple(len(ks) for ks in self.kernels)

@@ -18,6 +18,7 @@ from ..attention_kernels import resolve as resolve_attention
 from ..errors import UserError
 from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from .hf import check as hf_check
 from .kernels import Kernel, Phase, phase_kernels
 from .plan import _Priced, _plan, _row_sums, _slice_timing
 from .recorded import priced as plan_priced
@@ -141,7 +142,7 @@ _FAMILY = {"Gemm": "gemm", "Attention": "attention", "MoE": "moe", "Collective":
 
 
 def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment,
-             host_per_launch_s: float = 0.0) -> PhaseResult:
+             host_per_launch_s: float = 0.0, profile=None) -> PhaseResult:
     """``masks``: (kernel, mask per point) of the kernels that some steps skip;
     ``host_per_launch_s``: with ``d.eager``, the host time of each kernel launched from
     Python (host and GPU in series: a stage takes the longer of its host and GPU times,
@@ -157,7 +158,10 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
         launches = layout.launches * np.ones_like(lat)
         for i, mask in masks:
             launches[i] = launches[i] * mask
-        stage_s = np.maximum(stage_s, layout.mult.T @ (launches * host_per_launch_s))
+        host = launches * host_per_launch_s
+        if any(layout.host_keys):  # (what some runs add on the host: a plan built for a new shape)
+            host = host + launches * _host_extra(layout.host_keys, profile)
+        stage_s = np.maximum(stage_s, layout.mult.T @ host)
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
     step = stage_s[0].copy() if d.pp == 1 else stage_s.sum(axis=0)  # (a copy costs less than a sum)
@@ -175,7 +179,14 @@ def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[Phase
         profile = IDEAL
     found, priced = plan_priced(plan, phases, spec, profile)
     host = host_per_launch(d, profile) if d.eager else 0.0
-    return [_combine(ph, m, v, p, d, host) for ph, (m, v), p in zip(phases, found, priced)]
+    return [_combine(ph, m, v, p, d, host, profile) for ph, (m, v), p in zip(phases, found, priced)]
+
+
+def _host_extra(keys: tuple, profile) -> np.ndarray:
+    """Per kernel: the host seconds its profile host key adds to a run (0 where the profile
+    has none)."""
+    host = getattr(profile, "host", {}) or {}
+    return np.array([[host[k].call_s if k in host else 0.0] for k in keys])
 
 
 def host_per_launch(d: Deployment, profile) -> float:
@@ -183,6 +194,8 @@ def host_per_launch(d: Deployment, profile) -> float:
     one, else the profile's fitted host time of a one-kernel call."""
     if d.launch_overhead_s is not None:
         return d.launch_overhead_s
+    if d.kernels == "hf":  # one PyTorch op from Python, through transformers' modules
+        return profile.host_params("hf").call_s
     p = profile.host_params()
     return p.call_s + p.kernel_s
 
@@ -303,6 +316,10 @@ def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *
     model, spec = _resolve(model, spec)
     d = deploy or Deployment()
     resolve_attention(d.attention, None, spec)  # (a class the GPU lacks: one sentence, before any work)
+    if d.kernels == "hf":
+        hf_check(model, d)
+        if chunk is not None:
+            raise UserError("--engine hf prefills the whole prompt in one forward (no --chunk)")
     batch, prompt, gen = _count("the batch", batch), _count("the prompt", prompt), _count("gen", gen)
     decode_points = _count("the number of decode points", decode_points)
     notes = []
@@ -323,6 +340,9 @@ def predict_model(model, spec, profile=None, deploy: Deployment | None = None, *
     steps = max(gen - 1, 1)  # decode steps (one notional step when gen is 1)
     n = min(decode_points, steps)
     ctx = prompt + np.rint(1 + (steps - 1) * (np.arange(n) + 0.5) / n)
+    if d.kernels == "hf" and d.hf_cache == "static":
+        # SDPA reads the whole StaticCache every step, as generate() sizes it: prompt + gen
+        ctx = np.full(n, float(prompt + gen))
     dec = Phase("decode", batch=b, seq_q=1, seq_kv=ctx, sequences=batch, microbatches=m, n=n)
     pf, dc = _run(model, spec, profile, d, [pre, dec])
     out = ModelPrediction(model, spec, d, batch, prompt, gen, chunk, pf, dc, notes)

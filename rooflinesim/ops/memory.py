@@ -11,22 +11,33 @@ from ..work import Work
 from .base import Op, check_choice, check_positive
 
 
+COPY_LAYOUTS = ("contiguous", "strided", "cast", "roll")
+
+
 @dataclass(frozen=True)
 class Copy(Op):
     """Device-to-device copy of one buffer of ``bytes``: it is read once and written once.
 
     ``graph_memcpy``: a contiguous ``copy_`` captured in a CUDA graph, which runs as the
     graph's memcpy node rather than a kernel (slower for large buffers: the profile's
-    ``copy:graph_memcpy`` parameters)."""
+    ``copy:graph_memcpy`` parameters). ``layout``: "contiguous"; "strided", PyTorch's generic,
+    non-vectorized elementwise kernel, which runs where a source is strided or broadcast
+    (``expand(...).reshape``: repeat_kv, the per-head keys MLA assembles; ops on the
+    transposed q and k of a prefill; SiLU on a chunk of a fused gate_up); "cast", a copy that
+    converts dtypes (a cast up to fp32: 2 bytes read and 4 written per element, ``bytes``
+    their mean); "roll", ``torch.roll`` (a sliding cache shifted by one); each with its own
+    profile parameters (``copy:strided``, ``copy:cast``, ``copy:roll``)."""
 
     bytes: Any
     name: str = ""
     graph_memcpy: bool = False
+    layout: str = "contiguous"
 
     family: ClassVar[str] = "copy"
 
     def __post_init__(self):
         check_positive(bytes=self.bytes)
+        check_choice("copy layout", self.layout, COPY_LAYOUTS)
 
     def work(self) -> Work:
         return Work(hbm_bytes=2 * self.bytes, kernels=1)
@@ -41,6 +52,9 @@ ELEMENTWISE = {
     "silu": (1, 1, 3, 1),
     "scale": (1, 1, 1, 0),
     "cast": (1, 1, 0, 0),
+    # a row reduction (mean, sum): ``elements`` counts the inputs read; the outputs, one per
+    # row, are left out
+    "mean": (1, 0, 1, 0),
 }
 
 

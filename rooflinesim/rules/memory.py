@@ -25,7 +25,10 @@ _MEMORY_KEYS = {Copy: "copy", Bookkeeping: "bookkeeping"}  # (the other memory o
 
 def memory_terms(op, spec, profile) -> KernelTerms:
     key = _MEMORY_KEYS.get(type(op)) or op.kind
-    p = profile.params("memory", "copy:graph_memcpy" if getattr(op, "graph_memcpy", False) else key, key)
+    own = key
+    if isinstance(op, Copy):
+        own = "copy:graph_memcpy" if op.graph_memcpy else (key if op.layout == "contiguous" else f"copy:{op.layout}")
+    p = profile.params("memory", own, key)
     memory_scale, extra, losses, extra_launch = 1.0, 0.0, {}, None
     if isinstance(op, Copy) and (p.align2_memory < 1 or p.align8_memory < 1):
         a = alignment_bytes(op.bytes, 1)
