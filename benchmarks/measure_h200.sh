@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -302,6 +302,25 @@ hf3)
     --decode 16x512 --decode 48x1024 --out "$out/hf-untouched-dynamic.jsonl" --budget-s 45 >>"$out/$log" 2>&1
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+hf4)
+  # one GPU: a second untouched set of transformers' forwards, of models and architectures no
+  # fit or check has used (DeepSeek-V3's MLA with q_lora and its sigmoid group router,
+  # Mistral-7B-v0.1's sliding window over a GQA cache, Qwen3-235B's MoE, Llama-3-70B and
+  # Qwen2.5-72B widths, Mixtral-8x22B), on fewer layers where the whole model would not fit,
+  # then op-by-op traces of DeepSeek-V3 and Mistral-7B-v0.1 (four layers: DeepSeek-V3 three dense, one MoE)
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-hf4.txt
+  for m in "deepseek-v3 hf-untouched2-dsv3.jsonl 75 --layers 4" "mistral-7b-v0.1 hf-untouched2-mistral01.jsonl 60" \
+           "qwen3-235b-a22b hf-untouched2-qwen3moe.jsonl 70 --layers 6" "llama-3-70b hf-untouched2-llama70.jsonl 70 --layers 16" \
+           "qwen2.5-72b hf-untouched2-qwen72.jsonl 60 --layers 16" "mixtral-8x22b hf-untouched2-mixtral22.jsonl 60 --layers 6"; do
+    set -- $m
+    timeout $(( $3 + 15 )) python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s "$3" "${@:4}" \
+      --prefill 1x384 --prefill 4x768 --decode 2x384 --decode 24x768 --decode 96x1536 --decode 8x4600 >>"$out/$log" 2>&1
+  done
+  timeout 60 python3 benchmarks/hf_forward.py --trace --model deepseek-v3 --model mistral-7b-v0.1 --layers 4 \
+    --prefill 2x512 --decode 4x1024 --out "$out/hf-ops-v3.jsonl" --budget-s 45 >>"$out/$log" 2>&1
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -332,6 +351,8 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \
+    hf-untouched2-llama70.jsonl hf-untouched2-qwen72.jsonl hf-untouched2-mixtral22.jsonl hf-ops-v3.jsonl ;;
   hf3) keep_only hf-ops.jsonl hf-ops-dynamic.jsonl hf-untouched-phi4.jsonl hf-untouched-dsv2lite.jsonl \
     hf-untouched-llama.jsonl hf-untouched-dynamic.jsonl ;;
   hf2) keep_only hf-dynamic-llama.jsonl hf-dynamic-qwen.jsonl hf-forward-mistral.jsonl hf-forward-phi3.jsonl \
