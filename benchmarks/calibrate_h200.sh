@@ -33,15 +33,18 @@
 #                     against eager-moe-noprofile.jsonl, the same cases), and the first ones
 #                     (eager-quick, -random, -memory, -moe, -decoder, -holdout13, -layers10)
 #                     also kept the blocks earlier cases left cached: kept, not used.
-#   transformers:     hf-ops.jsonl and hf-ops-dynamic.jsonl (transformers' forwards op by
-#                     op: their strided, casting and rolling copies fit copy:strided,
+#   transformers:     hf-ops.jsonl, hf-ops-dynamic.jsonl and hf-ops-v3.jsonl (transformers'
+#                     forwards op by op: their strided, casting and rolling copies fit copy:strided,
 #                     copy:cast and copy:roll) and the timed forwards hf-forward-*.jsonl and
 #                     hf-dynamic-*.jsonl (their eager decode steps fit the host keys hf and
 #                     hf:attention_new_shape, after everything else; their prefill and graph
 #                     steps are the development set of benchmarks/hf_check.py).
 #                     hf-untouched-*.jsonl (Phi-4, DeepSeek-V2-Lite and new Llama-3.1-8B
 #                     points) were measured before any of it was fitted and evaluated once,
-#                     after (logs/hf-untouched-once.txt; the last command).
+#                     after (logs/hf-untouched-once.txt); hf-untouched2-*.jsonl (DeepSeek-V3,
+#                     Mistral-7B-v0.1, Qwen3-235B-A22B, Llama-3-70B, Qwen2.5-72B and
+#                     Mixtral-8x22B) likewise, in a second round (logs/hf-untouched2-once.txt;
+#                     the last command).
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
@@ -50,7 +53,7 @@ cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
 rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl "$d"/decoder-layers.jsonl \
   "$d"/eager3-{random,memory,decoder}.jsonl "$d"/eager-moe-noprofile.jsonl "$d"/eager-moe-random.jsonl \
-  "$d"/hf-ops.jsonl "$d"/hf-ops-dynamic.jsonl "$d"/hf-forward-{llama,qwen,mixtral8,mistral,phi3,qwen3moe8}.jsonl \
+  "$d"/hf-ops.jsonl "$d"/hf-ops-dynamic.jsonl "$d"/hf-ops-v3.jsonl "$d"/hf-forward-{llama,qwen,mixtral8,mistral,phi3,qwen3moe8}.jsonl \
   "$d"/hf-dynamic-{llama,qwen}.jsonl \
   --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
 held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-layers.jsonl
@@ -65,3 +68,4 @@ rooflinesim validate "$d"/eager-holdout17.jsonl --gpu h200-sxm --worst 5 --by mo
 rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mode
 python benchmarks/hf_check.py
 python benchmarks/hf_check.py "$d"/hf-untouched-{phi4,dsv2lite,llama,dynamic}.jsonl --rows --engine
+python benchmarks/hf_check.py "$d"/hf-untouched2-{dsv3,mistral01,qwen3moe,llama70,qwen72,mixtral22}.jsonl --rows --engine

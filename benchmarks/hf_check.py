@@ -3,8 +3,9 @@
     python benchmarks/hf_check.py [FILE.jsonl ...] [--rows] [--engine]
 
 Files default to the development set (the hf-forward-*, hf-dynamic-* and hf-ops* files of
-benchmarks/measurements/h200-sxm/); give others to check them (the hf-untouched-* files were
-measured once, after the inventory and the host fit were fixed, and are looked at once).
+benchmarks/measurements/h200-sxm/); give others to check them (the hf-untouched-* and
+hf-untouched2-* files, measured before the inventory and the fits were fixed, were each
+looked at once, after).
 Per record, what the issue's goals compare:
   prefill (eager forward, no cache)  the profiler's kernel sum against the predicted kernel sum
   decode, CUDA graph (StaticCache)   the replayed step against the predicted step
@@ -25,7 +26,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent / "measurements" / "h200-sxm"
 DEVELOPMENT = ["hf-forward-llama", "hf-forward-qwen", "hf-forward-mixtral8", "hf-forward-mistral", "hf-forward-phi3",
-               "hf-forward-qwen3moe8", "hf-dynamic-llama", "hf-dynamic-qwen", "hf-ops", "hf-ops-dynamic"]
+               "hf-forward-qwen3moe8", "hf-dynamic-llama", "hf-dynamic-qwen", "hf-ops", "hf-ops-dynamic", "hf-ops-v3"]
 
 
 def kind_of(r: dict) -> str | None:

@@ -41,7 +41,7 @@ def _decode(model, d, batch, keys):
 
 
 def _traces():
-    for path in (DATA / "hf-ops.jsonl", DATA / "hf-ops-dynamic.jsonl"):
+    for path in (DATA / "hf-ops.jsonl", DATA / "hf-ops-dynamic.jsonl", DATA / "hf-ops-v3.jsonl"):
         for line in path.read_text().splitlines():
             yield json.loads(line)
 
@@ -182,3 +182,34 @@ def test_every_preset_replays_as_written_with_transformers_kernels():
                 assert np.allclose(a.latency_s, b.latency_s, rtol=1e-9, atol=0), (name, d.hf_cache)
                 assert np.allclose(a.step_s, b.step_s, rtol=1e-9, atol=0), (name, d.hf_cache)
             assert recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), SPEC, PROFILE).error is None
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_serve_engine_hf_runs_static_batches_as_predict_model_prices_them(eager):
+    from rooflinesim.serve.simulate import serve
+    from rooflinesim.serve.traffic import random_requests
+
+    model = _model("llama-3.1-8b", 4)
+    d = Deployment(eager=eager)
+    r = serve(model, SPEC, PROFILE, d, random_requests(4, 300, 40), engine="hf", max_num_seqs=4)
+    want = predict_model(model, SPEC, PROFILE, Deployment(kernels="hf", eager=eager), batch=4, prompt=300, gen=40,
+                         decode_points=39)
+    m = r.metrics
+    assert np.isclose(m["mean_ttft_ms"], want.ttft_s * 1e3, rtol=0.01)
+    assert np.isclose(m["mean_tpot_ms"], want.tpot_s * 1e3, rtol=0.01)
+    with pytest.raises(UserError):
+        serve(model, SPEC, PROFILE, Deployment(kernels="hf"), random_requests(2, 30, 4), engine="vllm")
+
+
+def test_roofline_and_serve_take_engine_hf(tmp_path):
+    out = tmp_path / "r.html"
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "hf",
+                            "--batch", "2", "--prompt", "256", "--context", "512", "-o", str(out)])
+    assert code == 0 and out.stat().st_size > 0, err
+    code, text, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "hf", "--eager",
+                               "--num-prompts", "6", "--rate", "2", "--input-len", "128", "--output-len", "8",
+                               "--max-num-seqs", "2", "--interval-samples", "0", "--json"])
+    assert code == 0, err
+    assert json.loads(text)["completed"] == 6
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--eager", "--num-prompts", "2"])
+    assert code == 2 and "--engine hf" in err

@@ -25,6 +25,9 @@ from .common import MAX_COUNT, MAX_SIZE, POS, Size, echo, load_gpu, load_profile
               help="KV-cache dtype: bf16, fp16 or fp8 (default: the activations').")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: each GPU's own).")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "hf"]), default="vllm", show_default=True,
+              help="Whose kernels: an engine's fused ones, or hf: Hugging Face transformers' eager forward "
+                   "(its static cache, as predict model --engine hf).")
 @click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
               help="Harness measurements (JSON Lines) to overlay.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -34,7 +37,7 @@ from .common import MAX_COUNT, MAX_SIZE, POS, Size, echo, load_gpu, load_profile
                    'and a Chrome or Chromium browser).')
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, weights, kv_dtype,
-             attention, measured, output, png, force):
+             attention, engine, measured, output, png, force):
     """Draw every op of prefill and decode against the GPU's ceilings."""
     from ..charts import check_png, roofline_figure, write_html, write_png
     from ..errors import UserError
@@ -55,7 +58,8 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
         check_png()
     cfg = load_config(model_name)
     weights = weights_of(cfg, weights)
-    d = Deployment(tp=tp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(), attention=attention)
+    d = Deployment(tp=tp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(), attention=attention,
+                   kernels="hf" if engine == "hf" else "engine")
     pairs, preds = [], []
     for gpu in gpus:
         spec = load_gpu(gpu, spec_files)

@@ -76,12 +76,17 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--kv-dtype", "--kv", "kv_dtype", default=None, help="KV-cache dtype: bf16, fp16 or fp8.")
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: the GPU's own).")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "static"]), default="vllm",
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "static", "hf"]), default="vllm",
               show_default=True,
               help="vllm: vLLM v1's scheduler (chunked prefill mixed into decode steps, paged KV, preemption by "
                    "recompute); sglang: SGLang's (prefill batches first, KV reserved for future tokens, "
                    "retraction); trtllm: TensorRT-LLM's in-flight batching (KV reserved to completion, no "
-                   "eviction); static: static batches, for contrast.")
+                   "eviction); static: static batches, for contrast; hf: static batches run as Hugging Face "
+                   "transformers' generate() runs them (predict model --engine hf).")
+@click.option("--eager", is_flag=True, help="--engine hf: launched from Python, no CUDA graph (a DynamicCache "
+                                           "unless --hf-cache static), as generate() runs by default.")
+@click.option("--hf-cache", type=click.Choice(["static", "dynamic"]), default=None,
+              help="--engine hf: the KV cache (default: dynamic with --eager, else static).")
 @click.option("--max-num-batched-tokens", type=Size(max=MAX_STEP_TOKENS), default=None,
               help="Token budget of a step (vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size, "
                    "TensorRT-LLM's max_num_tokens; default: the engine's for the GPU).")
@@ -133,8 +138,8 @@ def _goodput(ctx, param, values) -> dict:
                    "use over time.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
-def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine,
-          max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
+def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
+          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
           num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
@@ -166,8 +171,14 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     weights = weights_of(cfg, weights)
     spec = load_gpu(gpu, spec_files, fast=True)
     prof = load_profile(spec, profile, fast=True)
+    if (eager or hf_cache) and engine != "hf":
+        raise UserError("--eager and --hf-cache go with --engine hf (engines run CUDA graphs)")
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(),
-                   attention=attention)
+                   attention=attention, eager=eager, kernels="hf" if engine == "hf" else "engine", hf_cache=hf_cache)
+    if engine == "hf":
+        from ..models.hf import check
+
+        check(cfg, d)
     if trace_file is not None:
         from ..files import read_text
 

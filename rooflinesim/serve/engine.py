@@ -44,7 +44,8 @@ capacityScheduler.cpp, microBatchScheduler.cpp; tensorrt_llm/llmapi/llm_args.py)
 ``static``: static batching, for contrast: up to ``max_num_seqs`` waiting requests form a
 batch when the engine is free; their prompts are prefilled together, padded to the
 longest, and the batch decodes until its longest output is done (each request's own last
-token is its end); the next batch starts after.
+token is its end); the next batch starts after. ``hf``: the same static batches, each run as
+Hugging Face transformers' generate() runs it (``predict model --engine hf``).
 
 A step's time is the GPU time of its kernels (``StepTimes``) plus the engine's host time
 per step, a named parameter (``ENGINES``).
@@ -89,9 +90,9 @@ def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: i
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
     a request is sent when it is due and one in flight has finished); ``progress(k)``, if
     given, hears of every k requests finished."""
-    cls = {"vllm": _VllmV1, "static": _Static, "sglang": _SGLang, "trtllm": _TrtLlm}.get(engine)
+    cls = {"vllm": _VllmV1, "static": _Static, "hf": _Static, "sglang": _SGLang, "trtllm": _TrtLlm}.get(engine)
     if cls is None:
-        raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static")
+        raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static, hf")
     sim = cls(reqs, steps, p, concurrency)
     sim.progress = progress
     return sim.run()

@@ -48,6 +48,10 @@ ENGINES = {
         "TensorRT-LLM's overlap scheduler (on by default) runs the host work of a step while the "
         "GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler)")),
     "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
+    "hf": EngineDefaults(0.0, (
+        "Hugging Face transformers' generate() on static batches: each step is predict model "
+        "--engine hf's (eagerly, its host time per PyTorch op is in the step); the Python of "
+        "generate()'s own loop (logits processors, stopping criteria) is not counted")),
 }
 GIB = 2 ** 30
 
@@ -136,6 +140,10 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
+        d = replace(d, kernels="hf", hf_cache=None)
+    elif engine != "hf" and d.kernels == "hf":
+        raise UserError("transformers' kernels serve static batches: use --engine hf")
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])

@@ -73,7 +73,7 @@ class StepTimes:
     def __init__(self, model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs: int, max_context: int):
         if d.pp != 1:
             raise UserError("serve simulates one pipeline stage per replica; --pp above 1 is not modelled yet")
-        if d.eager:
+        if d.eager and d.kernels != "hf":
             raise UserError("serve prices CUDA-graph steps, as engines run them; --eager is not modelled")
         self.model, self.spec, self.profile, self.d = model, spec, profile, d
         self._static: dict = {}
@@ -185,11 +185,15 @@ class StepTimes:
         key = (batch, prompt, output)
         if key not in self._static:
             ctx = prompt + np.arange(1.0, max(output, 2))
+            if self.d.kernels == "hf" and self.d.hf_cache == "static":  # (SDPA reads the whole cache)
+                ctx = np.full(ctx.size, float(prompt + output))
             pre, dec = self._price([Phase("prefill", batch=batch, seq_q=prompt, seq_kv=prompt, sequences=batch),
                                     Phase("decode", batch=batch, seq_q=1, seq_kv=ctx, sequences=batch, n=ctx.size)])
             per = []
             for r in (pre, dec):
                 _, rows = r.row_times()
+                if self.d.eager:  # (a host-paced step: its host time shared out as its kernels' times)
+                    rows = rows * (r.step_s / rows.sum(axis=0))
                 fams = np.array(r.row_families())
                 per.append(np.stack([rows[fams == f].sum(axis=0) for f in self.families]))
             if len(self._static) > 256:
