@@ -213,3 +213,12 @@ def test_roofline_and_serve_take_engine_hf(tmp_path):
     assert json.loads(text)["completed"] == 6
     code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--eager", "--num-prompts", "2"])
     assert code == 2 and "--engine hf" in err
+
+
+def test_a_gpu_without_a_transformers_host_fit_still_pays_host_time():
+    spec = load_spec("mi300x")
+    prof = resolve_profile(spec, None)
+    eager = predict_model(_model("llama-3.1-8b", 4), spec, prof, Deployment(kernels="hf", eager=True),
+                          batch=1, prompt=64, gen=8)
+    graph = predict_model(_model("llama-3.1-8b", 4), spec, prof, HF, batch=1, prompt=64, gen=8)
+    assert eager.tpot_s > graph.tpot_s

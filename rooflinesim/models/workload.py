@@ -194,9 +194,9 @@ def host_per_launch(d: Deployment, profile) -> float:
     one, else the profile's fitted host time of a one-kernel call."""
     if d.launch_overhead_s is not None:
         return d.launch_overhead_s
-    if d.kernels == "hf":  # one PyTorch op from Python, through transformers' modules
-        return profile.host_params("hf").call_s
-    p = profile.host_params()
+    # (transformers: one PyTorch op from Python, through its modules; a profile without the
+    # key: its host time of a one-kernel call, as for an engine's eager launches)
+    p = profile.host_params("hf") if d.kernels == "hf" else profile.host_params()
     return p.call_s + p.kernel_s
 
 
