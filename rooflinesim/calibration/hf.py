@@ -13,7 +13,12 @@ eager record fits), by robust least squares on log time:
                               new, as every DynamicCache step's is (cuDNN builds a plan for
                               each new shape; measured: most of a DynamicCache step's time).
 
-Held-out errors come from leaving each model's records out in turn.
+Held-out errors come from leaving each model's records out in turn. And one GPU-side
+figure the timed forwards give: ``hf:graph_gap`` (``gap_s``), what a CUDA graph's replay of
+a decode step takes per kernel beyond the kernels' own durations (the profiler's kernel sum
+of the same step run eagerly), the median over the steps timed both ways. Calibrated
+kernel times include it (the harness times graph replays); transformers' prefill, which
+no graph runs, is predicted as its kernel sum, without it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from .profile import HostParams, Profile
 from .validate import stats
 
 KEYS = ("hf", "hf:attention_new_shape")
+GAP_KEY = "hf:graph_gap"  # (gap_s: what a CUDA graph's replay adds per kernel to the kernels' own times)
 SLACK = 128  # benchmarks/hf_forward.py: StaticCache positions past the context, when a record does not say
 
 
@@ -105,6 +111,17 @@ def _fit(parts: np.ndarray, measured: np.ndarray, key: str, call_s: float) -> fl
     return float(np.exp(res.x))
 
 
+def graph_gaps(records) -> list[float]:
+    """Per decode step timed both eagerly (with its profiled kernel sum) and as a graph
+    replay: (replay - kernel sum) / kernels."""
+    key = lambda r: (r.get("model"), r.get("layers"), r.get("batch"), r.get("context"), r.get("cache", "static"))  # noqa: E731
+    profiled = {key(r): r for r in records if r.get("op") == "hf_forward" and r.get("mode") == "eager"
+                and r.get("phase") == "decode" and r.get("kernel_sum_s") and r.get("kernels")}
+    return [(r["measured_s"] - profiled[key(r)]["kernel_sum_s"]) / profiled[key(r)]["kernels"]
+            for r in records if r.get("op") == "hf_forward" and r.get("mode") == "graph"
+            and r.get("status", "ok") == "ok" and key(r) in profiled]
+
+
 def fit_hf_host(records, spec, profile: Profile) -> tuple[Profile, dict, dict]:
     """The profile with its ``hf`` host keys fitted to the eager transformers decode steps
     among ``records``; (profile, held-out errors per record id as (op, error), stats per key)."""
@@ -139,6 +156,9 @@ def fit_hf_host(records, spec, profile: Profile) -> tuple[Profile, dict, dict]:
             by_key[KEYS[1] if r in dynamic else KEYS[0]].append(e)
     call, new = fitted(recs)
     host = dict(profile.host)
+    gaps = graph_gaps(records)
+    if len(gaps) >= 3:
+        host[GAP_KEY] = HostParams(gap_s=max(float(np.median(gaps)), 0.0), n=len(gaps))
     host[KEYS[0]] = HostParams(call_s=call, n=len(static))
     if new:
         host[KEYS[1]] = HostParams(call_s=new, n=len(dynamic))

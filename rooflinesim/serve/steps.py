@@ -192,7 +192,9 @@ class StepTimes:
             per = []
             for r in (pre, dec):
                 _, rows = r.row_times()
-                if self.d.eager:  # (a host-paced step: its host time shared out as its kernels' times)
+                if self.d.eager or self.d.kernels == "hf":
+                    # (the step as priced whole: a host-paced step's host time, or the graph gap
+                    # a prefill in no graph leaves out, shared out over its kernels' times)
                     rows = rows * (r.step_s / rows.sum(axis=0))
                 fams = np.array(r.row_families())
                 per.append(np.stack([rows[fams == f].sum(axis=0) for f in self.families]))
