@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -321,6 +321,27 @@ hf4)
     --prefill 2x512 --decode 4x1024 --out "$out/hf-ops-v3.jsonl" --budget-s 45 >>"$out/$log" 2>&1
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+hf5)
+  # one GPU: a third untouched set of transformers' forwards, measured after the inventory, the
+  # copy classes, the host fit and the graph gap were fixed: Llama-2-7B (MHA), Llama-3.1-405B
+  # (8 layers), Qwen3-30B-A3B (16 layers), Mistral-7B-v0.3 and Phi-3-mini at new points, and
+  # DynamicCache steps of Llama-2-7B and Qwen3-30B-A3B
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-hf5.txt
+  for m in "llama-2-7b hf-untouched3-llama2.jsonl 60" "llama-3.1-405b hf-untouched3-llama405.jsonl 70 --layers 8" \
+           "qwen3-30b-a3b hf-untouched3-qwen3moe.jsonl 60 --layers 16" "mistral-7b-v0.3 hf-untouched3-mistral.jsonl 55" \
+           "phi-3-mini-4k hf-untouched3-phi3.jsonl 55"; do
+    set -- $m
+    timeout $(( $3 + 15 )) python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s "$3" "${@:4}" \
+      --prefill 2x640 --prefill 1x3000 --prefill 6x512 --decode 3x700 --decode 12x1800 --decode 40x3000 >>"$out/$log" 2>&1
+  done
+  for m in "llama-2-7b hf-untouched3-dyn-llama2.jsonl 40" "qwen3-30b-a3b hf-untouched3-dyn-qwen3moe.jsonl 40 --layers 16"; do
+    set -- $m
+    timeout $(( $3 + 15 )) python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s "$3" "${@:4}" \
+      --cache dynamic --no-prefill --decode 3x700 --decode 12x1800 >>"$out/$log" 2>&1
+  done
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -351,6 +372,8 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
+    hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \
     hf-untouched2-llama70.jsonl hf-untouched2-qwen72.jsonl hf-untouched2-mixtral22.jsonl hf-ops-v3.jsonl ;;
   hf3) keep_only hf-ops.jsonl hf-ops-dynamic.jsonl hf-untouched-phi4.jsonl hf-untouched-dsv2lite.jsonl \
