@@ -44,7 +44,9 @@
 #                     after (logs/hf-untouched-once.txt); hf-untouched2-*.jsonl (DeepSeek-V3,
 #                     Mistral-7B-v0.1, Qwen3-235B-A22B, Llama-3-70B, Qwen2.5-72B and
 #                     Mixtral-8x22B) likewise, in a second round (logs/hf-untouched2-once.txt;
-#                     the last command).
+#                     the last command); hf-untouched3-*.jsonl (Llama-2-7B, Llama-3.1-405B,
+#                     Qwen3-30B-A3B, Mistral-7B-v0.3, Phi-3-mini), measured after every fit and
+#                     change, once (logs/hf-untouched3-once.txt).
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
@@ -69,3 +71,4 @@ rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mo
 python benchmarks/hf_check.py
 python benchmarks/hf_check.py "$d"/hf-untouched-{phi4,dsv2lite,llama,dynamic}.jsonl --rows --engine
 python benchmarks/hf_check.py "$d"/hf-untouched2-{dsv3,mistral01,qwen3moe,llama70,qwen72,mixtral22}.jsonl --rows --engine
+python benchmarks/hf_check.py "$d"/hf-untouched3-*.jsonl --rows --engine
