@@ -39,6 +39,11 @@
 #                     hf-dynamic-*.jsonl (their eager decode steps fit the host keys hf and
 #                     hf:attention_new_shape, after everything else; their prefill and graph
 #                     steps are the development set of benchmarks/hf_check.py).
+#                     sdpa-new-shape.jsonl (benchmarks/sdpa_new_shape.py: what a new SDPA
+#                     shape costs the host, measured directly: 43 ms at its first call) is
+#                     kept, not fitted: one plan a DynamicCache step (its layers reuse it)
+#                     left 20-60 ms of those steps unexplained, and fitted worse than the
+#                     effective per-call figure on every set.
 #                     hf-untouched-*.jsonl (Phi-4, DeepSeek-V2-Lite and new Llama-3.1-8B
 #                     points) were measured before any of it was fitted and evaluated once,
 #                     after (logs/hf-untouched-once.txt); hf-untouched2-*.jsonl (DeepSeek-V3,

@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -342,6 +342,14 @@ hf5)
   done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+sdpa1)
+  # one GPU: the host cost of SDPA calls whose key length is new each call, as a DynamicCache
+  # decode makes them (benchmarks/sdpa_new_shape.py), by batch, heads, KV heads and head size
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-sdpa1.txt
+  timeout 200 python3 benchmarks/sdpa_new_shape.py --out "$out/sdpa-new-shape.jsonl" >>"$out/$log" 2>&1
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 collectives3)
   # the collectives suite again on another machine (small messages differ by machine)
   python3 -m rooflinesim.harness run --suite collectives --out "$out/calib-collectives3.jsonl" \
@@ -372,6 +380,7 @@ case $phase in
   eager3) keep_only eager2-random.jsonl eager2-memory.jsonl eager2-moe.jsonl eager2-decoder.jsonl \
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
+  sdpa1) keep_only sdpa-new-shape.jsonl ;;
   hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
     hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \

@@ -169,7 +169,10 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
             launches[i] = launches[i] * mask
         host = launches * host_per_launch_s
         if any(layout.host_keys):  # (what some runs add on the host: a plan built for a new shape)
-            host = host + launches * _host_extra(layout.host_keys, profile)
+            ran = np.ones_like(lat)
+            for i, mask in masks:
+                ran[i] = ran[i] * mask
+            host = host + ran * _host_extra(layout.host_keys, profile)
         stage_s = np.maximum(stage_s, layout.mult.T @ host)
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
