@@ -76,7 +76,8 @@ def roofline(model_name, gpus, spec_files, profile, tp, batch, prompt, context, 
             raise UserError(f"--measured {', '.join(measured)}: no successful measurement to overlay")
     fig = roofline_figure(pairs, preds, records,
                           title=f"{cfg.name}, TP {tp}, batch {batch}: prefill {prompt} tokens, "
-                                f"decode to {context} ({weights} weights)")
+                                f"decode to {context} ({weights} weights"
+                                f"{'; transformers, static cache' if engine == 'hf' else ''})")
     if png:  # first: a PNG that cannot be written leaves no HTML behind
         write_png(fig, png)
     write_html(fig, output)
