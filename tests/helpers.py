@@ -18,3 +18,11 @@ def run_cli(args):
     """Run ``rooflinesim ARGS``; return (exit code, stdout, stderr)."""
     result = CliRunner().invoke(_Main(), args)
     return result.exit_code, result.stdout, result.stderr
+
+
+def priced_as_written(plan, phases, spec, profile):
+    """``phases`` priced by the code as written (no recorded pricing replayed): what a
+    replayed prediction must equal. Patch it in for ``workload.plan_priced``."""
+    from rooflinesim.models import recorded
+
+    return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)

@@ -20,7 +20,7 @@ from rooflinesim.models.hf import category, inventory
 from rooflinesim.models.presets import preset_names, preset_path
 from rooflinesim.models.workload import Phase, predict_model, price_phases
 
-from helpers import run_cli
+from helpers import priced_as_written, run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "measurements" / "h200-sxm"
 SPEC = load_spec("h200")
@@ -165,9 +165,6 @@ def test_every_preset_replays_as_written_with_transformers_kernels():
     from rooflinesim.models import recorded, workload
     from rooflinesim.models.plan import _plan
 
-    def as_written(plan, phases, spec, profile):
-        return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)
-
     for name in preset_names():
         m = load_config(name)
         for d in (HF, Deployment(kernels="hf", eager=True)):
@@ -176,7 +173,7 @@ def test_every_preset_replays_as_written_with_transformers_kernels():
             kw = dict(batch=5, prompt=3000, gen=300)
             got = predict_model(m, SPEC, PROFILE, d, **kw)
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(workload, "plan_priced", as_written)
+                mp.setattr(workload, "plan_priced", priced_as_written)
                 want = predict_model(m, SPEC, PROFILE, d, **kw)
             for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
                 assert np.allclose(a.latency_s, b.latency_s, rtol=1e-9, atol=0), (name, d.hf_cache)

@@ -17,6 +17,7 @@ from rooflinesim.models import presets
 from rooflinesim.models.config import from_hf_dict, load_config
 from rooflinesim.models.deploy import Deployment, max_batch, shard
 from rooflinesim.models.workload import predict_model, sweep
+from helpers import priced_as_written
 
 H100 = load_spec("h100")
 H200 = load_spec("h200")
@@ -310,12 +311,8 @@ def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch
     found = recorded.recording(plan, (got.prefill.phase.n, got.decode.phase.n), H200, FITTED)
     assert found.error is None and len(found.replays) == 1 and found.misses == 0
 
-    def as_written(plan, phases, spec, profile):
-        return recorded.as_written(plan, [x for p in phases for x in recorded._inputs([p])],
-                                   tuple(p.n for p in phases), spec, profile)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workload, "plan_priced", as_written)
+        mp.setattr(workload, "plan_priced", priced_as_written)
         want = predict_model(m, H200, FITTED, d, **kw)
     for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
         assert close(a.step_s, b.step_s) and close(a.stage_s, b.stage_s)
@@ -334,9 +331,6 @@ def test_every_preset_replays_as_written():
     from rooflinesim.models.plan import _plan
     from rooflinesim.models.presets import preset_names
 
-    def as_written(plan, phases, spec, profile):
-        return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)
-
     checked = {"plain": 0, "tp8": 0}
     for name in preset_names():
         m = load_config(name)
@@ -352,7 +346,7 @@ def test_every_preset_replays_as_written():
             kw = dict(batch=57, prompt=5000, gen=300)
             got = predict_model(m, H200, FITTED, d, **kw)
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(workload, "plan_priced", as_written)
+                mp.setattr(workload, "plan_priced", priced_as_written)
                 want = predict_model(m, H200, FITTED, d, **kw)
             for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
                 assert close(a.latency_s, b.latency_s) and same_table(a.table(), b.table()), (name, deploy)
