@@ -154,25 +154,20 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
         for i, mask in masks:
             lat[i] = lat[i] * mask
     stage_s = layout.mult.T @ lat
-    if d.kernels == "hf" and not d.eager and ph.name == "prefill" and profile is not None:
+    if d.eager or d.kernels == "hf":
+        runs = np.ones_like(lat)  # (1 where a kernel runs at a point)
+        for i, mask in masks:
+            runs[i] = runs[i] * mask
+        launches = layout.launches * runs
+    gap = getattr(profile, "host", {}).get("hf:graph_gap") if d.kernels == "hf" else None
+    if gap is not None and gap.gap_s and not d.eager and ph.name == "prefill":
         # transformers' prefill runs in no graph: its kernel sum, without what a graph's
         # replay adds per kernel (the profile's hf:graph_gap, which calibrated times include)
-        gap = profile.host.get("hf:graph_gap") if hasattr(profile, "host") else None
-        if gap is not None and gap.gap_s:
-            launches = layout.launches * np.ones_like(lat)
-            for i, mask in masks:
-                launches[i] = launches[i] * mask
-            stage_s = stage_s - layout.mult.T @ (launches * gap.gap_s)
+        stage_s = stage_s - layout.mult.T @ (launches * gap.gap_s)
     if d.eager:
-        launches = layout.launches * np.ones_like(lat)
-        for i, mask in masks:
-            launches[i] = launches[i] * mask
         host = launches * host_per_launch_s
         if any(layout.host_keys):  # (what some runs add on the host: a plan built for a new shape)
-            ran = np.ones_like(lat)
-            for i, mask in masks:
-                ran[i] = ran[i] * mask
-            host = host + ran * _host_extra(layout.host_keys, profile)
+            host = host + runs * _host_extra(layout.host_keys, profile)
         stage_s = np.maximum(stage_s, layout.mult.T @ host)
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
