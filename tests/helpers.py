@@ -1,5 +1,6 @@
 """Driving the CLI in tests through ``main()``, so errors map to exit codes as for a user."""
 
+import pytest
 from click.testing import CliRunner
 
 from rooflinesim.cli.main import main
@@ -26,3 +27,15 @@ def priced_as_written(plan, phases, spec, profile):
     from rooflinesim.models import recorded
 
     return recorded.as_written(plan, recorded._inputs(phases), tuple(p.n for p in phases), spec, profile)
+
+
+def replayed_and_as_written(predict, model, spec, profile, d, **kw):
+    """(``predict(model, spec, profile, d, **kw)`` as the plan's recorded pricing gives it,
+    the same priced as written): a replayed prediction must equal the second."""
+    from rooflinesim.models import workload
+
+    got = predict(model, spec, profile, d, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workload, "plan_priced", priced_as_written)
+        want = predict(model, spec, profile, d, **kw)
+    return got, want

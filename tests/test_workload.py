@@ -17,7 +17,7 @@ from rooflinesim.models import presets
 from rooflinesim.models.config import from_hf_dict, load_config
 from rooflinesim.models.deploy import Deployment, max_batch, shard
 from rooflinesim.models.workload import predict_model, sweep
-from helpers import priced_as_written
+from helpers import priced_as_written, replayed_and_as_written
 
 H100 = load_spec("h100")
 H200 = load_spec("h200")
@@ -327,7 +327,7 @@ def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch
 def test_every_preset_replays_as_written():
     # every preset, plain and sharded eight ways with fp8 weights and KV cache: recorded at
     # one request, replayed at another, the numbers of the code run directly
-    from rooflinesim.models import recorded, workload
+    from rooflinesim.models import recorded
     from rooflinesim.models.plan import _plan
     from rooflinesim.models.presets import preset_names
 
@@ -344,10 +344,7 @@ def test_every_preset_replays_as_written():
                 continue
             checked["tp8" if deploy else "plain"] += 1
             kw = dict(batch=57, prompt=5000, gen=300)
-            got = predict_model(m, H200, FITTED, d, **kw)
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(workload, "plan_priced", priced_as_written)
-                want = predict_model(m, H200, FITTED, d, **kw)
+            got, want = replayed_and_as_written(predict_model, m, H200, FITTED, d, **kw)
             for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
                 assert close(a.latency_s, b.latency_s) and same_table(a.table(), b.table()), (name, deploy)
             found = recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), H200, FITTED)

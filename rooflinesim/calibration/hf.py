@@ -126,40 +126,39 @@ def fit_hf_host(records, spec, profile: Profile) -> tuple[Profile, dict, dict]:
     """The profile with its ``hf`` host keys fitted to the eager transformers decode steps
     among ``records``; (profile, held-out errors per record id as (op, error), stats per key)."""
     recs = [r for r in records if is_hf_eager_step(r)]
-    static = [r for r in recs if r.get("cache", "static") == "static"]
-    dynamic = [r for r in recs if r.get("cache") == "dynamic"]
-    if len(static) < 3:
+    dynamic = {id(r) for r in recs if r.get("cache") == "dynamic"}  # (the rest: StaticCache steps)
+    if len(recs) - len(dynamic) < 3:
         return profile, {}, {}
     parts = {id(r): step_parts(r, spec, profile) for r in recs}
     meas = {id(r): float(r["measured_s"]) for r in recs}
 
+    def fit_on(train, key, call) -> float:
+        return _fit(np.array([parts[id(r)] for r in train]), np.array([meas[id(r)] for r in train]), key, call)
+
     def fitted(train) -> tuple[float, float]:
-        st = [r for r in train if r in static]
-        call = _fit(np.array([parts[id(r)] for r in st]), np.array([meas[id(r)] for r in st]), KEYS[0], 0.0)
-        dy = [r for r in train if r in dynamic]
-        new = (_fit(np.array([parts[id(r)] for r in dy]), np.array([meas[id(r)] for r in dy]), KEYS[1], call)
-               if len(dy) >= 3 else 0.0)
-        return call, new
+        call = fit_on([r for r in train if id(r) not in dynamic], KEYS[0], 0.0)
+        dy = [r for r in train if id(r) in dynamic]
+        return call, (fit_on(dy, KEYS[1], call) if len(dy) >= 3 else 0.0)
 
     errors, by_key = {}, {KEYS[0]: [], KEYS[1]: []}
     models = sorted({r["model"] for r in recs})
     for m in models if len(models) > 1 else ():
         train = [r for r in recs if r["model"] != m]
-        if not any(r in static for r in train):
+        if all(id(r) in dynamic for r in train):
             continue
         call, new = fitted(train)
         for r in (r for r in recs if r["model"] == m):
-            if r in dynamic and not any(t in dynamic for t in train):
+            if id(r) in dynamic and not any(id(t) in dynamic for t in train):
                 continue
             e = float(_predict(np.array([parts[id(r)]]), call, new)[0] / meas[id(r)] - 1)
             errors[id(r)] = ("hf_forward", e)
-            by_key[KEYS[1] if r in dynamic else KEYS[0]].append(e)
+            by_key[KEYS[1] if id(r) in dynamic else KEYS[0]].append(e)
     call, new = fitted(recs)
     host = dict(profile.host)
     gaps = graph_gaps(records)
     if len(gaps) >= 3:
         host[GAP_KEY] = HostParams(gap_s=max(float(np.median(gaps)), 0.0), n=len(gaps))
-    host[KEYS[0]] = HostParams(call_s=call, n=len(static))
+    host[KEYS[0]] = HostParams(call_s=call, n=len(recs) - len(dynamic))
     if new:
         host[KEYS[1]] = HostParams(call_s=new, n=len(dynamic))
     cv = {f"host/{k}": stats(e) for k, e in by_key.items() if e}
