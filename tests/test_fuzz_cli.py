@@ -91,7 +91,8 @@ NOT_FUZZED = {"--spec-file", "--overheads", "--measured", "--output", "-o", "--p
 NOT_FUZZED_IN = {("calibrate",): {"--force"}, ("harness", "run"): {"--list"},
                  # (plan: the options that multiply its simulations; test_plan.py checks their parsing)
                  ("plan",): {"--num-prompts", "--max-gpus", "--interval-samples", "--jobs", "--gpu", "--weights",
-                             "--kv-dtype", "--input-len", "--output-len"}}
+                             "--kv-dtype", "--input-len", "--output-len", "--max-num-batched-tokens",
+                             "--max-num-seqs", "--ray-address"}}
 
 HUGE = [str(2**40), str(2**40 + 1), str(2**53), str(2**62), str(2**63), str(2**64), str(10**30), "9" * 400]
 NUMBERS = ["0", "-1", "1", "3", "4096", *HUGE, "1e3", "1e30", "0.5", "-0.0", "nan", "NaN", "inf", "-inf",

@@ -20,7 +20,7 @@ WORKLOAD = {"dataset": "random", "input_len": 1024, "output_len": 128, "range_ra
 def _plan(**kw):
     args = dict(rate=6.0, slos={"p99_ttft_ms": 1000.0, "p99_tpot_ms": 40.0}, workload=WORKLOAD,
                 gpus=["h100-sxm", "a100-sxm4-80gb", "l4"], weights=["bf16"], kv_dtypes=["bf16"], max_gpus=2,
-                prices=PRICES, samples=3, iterations=6, jobs=1)
+                prices=PRICES, samples=3, jobs=1)
     args.update(kw)
     return plan("llama-3.1-8b", **args)
 
@@ -65,7 +65,9 @@ def test_prices_file_and_bad_input(tmp_path):
             "--num-prompts", "40", "--interval-samples", "0"]
     for args in (["--slo-ttft-p99", "soon"], [], ["--slo-ttft-p99", "1s", "--rate", "inf"],
                  ["--slo-ttft-p99", "1s", "--gpu", "h200"], ["--slo-ttft-p99", "1s", "--prices", str(bad)],
-                 ["--slo-ttft-p99", "1s", "--dataset", "sharegpt"]):
+                 ["--slo-ttft-p99", "1s", "--dataset", "sharegpt"], ["--slo-ttft-p99", "1s", "--max-num-seqs", "0"],
+                 ["--slo-ttft-p99", "1s", "--max-num-batched-tokens", "1.5"],
+                 ["--slo-ttft-p99", "1s", "--ray-address", "http://"]):
         with pytest.raises(SystemExit) as e:
             main([*base, *args])
         assert e.value.code == 2, args
@@ -93,10 +95,113 @@ def test_moe_models_are_planned_with_and_without_expert_parallelism():
     assert {c.ep for c in dense} == {1}
 
 
-def test_progress_counts_the_candidates():
+def test_progress_counts_every_configuration_of_the_space_once():
     seen, started = [], []
     out = _plan(gpus=["h100-sxm"], progress=seen.append, on_start=started.append)
-    assert started == [out["candidates"]] and sum(seen) == out["candidates"]
+    # one type a TP (1 and 2 fit max_gpus 2), nine pairs of limits, replicas up to max_gpus / tp
+    assert out["candidates"] == 2 and out["configurations"] == 9 * (2 + 1)
+    assert started == [out["configurations"]] and sum(seen) == out["configurations"]
+    assert sum(out["settled"].values()) == out["configurations"] and out["settled"]["simulated"] >= 1
+
+
+def _bound_of(model, gpu, tp, workload, engine="vllm", rate=1.0):
+    from rooflinesim.serve.plan import Candidate, _bounds
+
+    job = {"model": model, "rate": rate, "slos": {"p99_ttft_ms": 1e12, "p99_tpot_ms": 1e12, "p99_e2el_ms": 1e12},
+           "workload": workload, "max_gpus": 1024, "engine": engine, "gpu_memory_utilization": 0.9,
+           "max_num_batched_tokens": [], "max_num_seqs": []}
+    c = Candidate(gpu, tp, "bf16", "bf16")
+    return c, job, _bounds((c, job))
+
+
+@pytest.mark.parametrize("engine,model,gpu,tp,lengths", [
+    ("vllm", "llama-3.1-8b", "h100-sxm", 1, (1024, 128)),
+    ("vllm", "llama-3-70b", "h200-sxm", 2, (256, 512)),
+    ("sglang", "llama-3.1-8b", "a100-sxm4-80gb", 1, (3000, 64)),
+    ("trtllm", "mixtral-8x7b", "h200-sxm", 2, (512, 256)),
+])
+def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp, lengths):
+    """Step 2 may prune only what a run would fail: its lower bounds stay under the simulated
+    P99s (at a low rate, where they are tightest, and saturated), and its ceiling over the
+    simulated saturated throughput, at every pair of limits it searches."""
+    import math
+    from dataclasses import replace
+
+    from rooflinesim.serve.plan import Config, _simulate
+
+    w = {"dataset": "random", "input_len": lengths[0], "output_len": lengths[1], "range_ratio": 0.5,
+         "burstiness": 1.0, "num_prompts": 40, "seed": 3}
+    c, job, b = _bound_of(model, gpu, tp, w, engine)
+    assert b["error"] is None
+    checked = 0
+    for lim in b["limits"]:
+        if "lower" not in lim:
+            continue
+        cfg = Config(c, lim["tokens"], lim["seqs"], lim["kv"], 1, 1.0)
+        for rate in (0.2, math.inf):
+            r = _simulate((cfg, {**job, "rate": rate, "workload": w,
+                                 "slos": {k: 1e12 for k in lim["lower"]}}, 0))
+            if r.get("rejected") == "invalid":  # (TensorRT-LLM: a prompt past a small budget)
+                continue
+            for k, lower in lim["lower"].items():
+                assert lower <= r["metrics"][k] * (1 + 1e-9), (lim, rate, k)
+            if math.isinf(rate):
+                assert r["metrics"]["request_throughput"] <= lim["ceiling"] * (1 + 1e-9), lim
+            checked += 1
+    assert checked >= 4
+
+
+def test_the_cheapest_is_the_cheapest_of_every_configuration_simulated():
+    """The cost-ordered search against simulating the whole space: nothing cheaper than its
+    best meets the SLOs, and its best does."""
+    from rooflinesim.models.config import load_config
+    from rooflinesim.serve.plan import Candidate, Config, _bounds, _simulate, candidates
+
+    kw = dict(gpus=["h100-sxm", "a100-sxm4-80gb"], max_gpus=2, rate=8.0, samples=0,
+              slos={"p99_ttft_ms": 600.0, "p99_tpot_ms": 25.0})
+    out = _plan(**kw)
+    job = {"model": "llama-3.1-8b", "rate": 8.0, "slos": kw["slos"], "workload": WORKLOAD, "max_gpus": 2,
+           "engine": "vllm", "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [], "max_num_seqs": []}
+    cands, _ = candidates(load_config("llama-3.1-8b"), kw["gpus"], ["bf16"], ["bf16"], 2)
+    meets = []
+    for c in cands:
+        for lim in _bounds((c, job))["limits"]:
+            for r in range(1, 2 // c.tp + 1):
+                cfg = Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.tp * PRICES[c.gpu]["usd_per_gpu_hour"])
+                if lim["kv"] >= 1 and "rejected" not in _simulate((cfg, job, 0)):
+                    meets.append(cfg)
+    assert meets, "the case should have a deployment that meets the SLOs"
+    cheapest = min(x.cost_per_hour for x in meets)
+    assert out["best"]["cost_per_hour"] == pytest.approx(cheapest)
+    assert any(Candidate(out["best"]["gpu"], out["best"]["tp"], "bf16", "bf16") == x.candidate
+               and x.replicas == out["best"]["replicas"] and x.max_num_batched_tokens == out["best"]["max_num_batched_tokens"]
+               and x.max_num_seqs == out["best"]["max_num_seqs"] for x in meets)
+
+
+def test_engine_limits_are_searched_and_can_be_given():
+    out = _plan(gpus=["h100-sxm"], max_num_batched_tokens=[1024, 4096], max_num_seqs=[32])
+    pairs = {(r["max_num_batched_tokens"], r["max_num_seqs"]) for r in out["feasible"]}
+    assert pairs and pairs <= {(1024, 32), (4096, 32)}
+    assert out["configurations"] == 2 * (2 + 1)
+
+
+def test_a_local_ray_instance_gives_the_same_answer():
+    ray = pytest.importorskip("ray", reason="Ray is a test extra where it has wheels (python < 3.14)")
+    a = _plan(gpus=["h100-sxm"], jobs=1)
+    try:
+        b = _plan(gpus=["h100-sxm"], jobs=1, ray_address="local")
+    finally:
+        ray.shutdown()
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def test_an_unreachable_ray_cluster_is_one_sentence():
+    pytest.importorskip("ray", reason="Ray is a test extra where it has wheels (python < 3.14)")
+    for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):  # (the discard port: nothing listens)
+        with pytest.raises(UserError, match="cannot reach the Ray cluster"):
+            _plan(gpus=["h100-sxm"], ray_address=address)
+    with pytest.raises(UserError, match="host:port"):
+        _plan(gpus=["h100-sxm"], ray_address="http://")
 
 
 def test_the_plan_chart_and_its_file(tmp_path, capsys):

@@ -26,6 +26,11 @@ MAX_RATE = 1e6
 @click.option("--kv-dtype", "kv_dtypes", multiple=True, type=click.Choice(["bf16", "fp8"]),
               help="Allowed KV-cache dtypes (repeatable; default: bf16).")
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True)
+@click.option("--max-num-batched-tokens", "tokens_options", multiple=True, type=Size(max=MAX_LEN),
+              help="Token budgets of a step to search (repeatable; default: the engine's default for the GPU, "
+                   "2048 and 16384).")
+@click.option("--max-num-seqs", "seqs_options", multiple=True, type=Size(max=MAX_COUNT),
+              help="Limits on running requests to search (repeatable; default: the engine's default, 256 and 64).")
 @click.option("--prices", "prices_file", default=None,
               help="GPU prices (YAML as rooflinesim/data/gpu_prices.yaml; default: the bundled figures).")
 @click.option("--dataset", default="random", show_default=True,
@@ -42,6 +47,9 @@ MAX_RATE = 1e6
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
+@click.option("--ray-address", default=None,
+              help="Run the search on a Ray cluster at this address ('local': a Ray instance started here); "
+                   "needs pip install \"rooflinesim[ray]\" and rooflinesim installed on the cluster.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None,
               help="Write an offline HTML chart: cost against P99 latency of every deployment that meets the "
                    "SLOs, and the Pareto front.")
@@ -51,12 +59,15 @@ MAX_RATE = 1e6
                    "with no interval).")
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
-         prices_file, dataset, input_len, output_len, range_ratio, burstiness, num_prompts, seed, interval_samples,
-         gpu_memory_utilization, jobs, plot, force, include_uncalibrated, as_json):
+         tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
+         num_prompts, seed, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
+         include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
-    workload at --rate requests/s with every P99 SLO met: its cost per hour and per million
+    workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
+    parallelism, dtypes, the engine's limits and replicas: its cost per hour and per million
     output tokens, its metrics with intervals and the probability that it meets the SLOs,
-    the runners-up, the cost-latency Pareto front, and why each other candidate fails."""
+    the runners-up, the cost-latency Pareto front, why each other replica type fails, and
+    how many configurations memory, analytic bounds and simulated runs settled."""
     import math
 
     from ..hardware import load_spec
@@ -95,7 +106,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     try:
         out = run(model_name, rate=rate, slos=slos, workload=workload, gpus=names,
                   weights=list(weights or ("bf16", "fp8")), kv_dtypes=list(kv_dtypes or ("bf16",)), max_gpus=max_gpus,
-                  prices=prices, engine=engine, samples=interval_samples, jobs=jobs,
+                  prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
+                  max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
                   progress=tick, on_start=begin)
     finally:
@@ -111,38 +123,44 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     _print(out)
 
 
+def _name(r) -> str:
+    return f"{r['gpu']} x {r['tp']}" + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else "")
+
+
 def _row(r) -> tuple:
     m = r["metrics"]
     p = r.get("probability_meets_slo")
-    return (f"{r['gpu']} x {r['tp']}" + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""), r["weights"], r["kv_dtype"], str(r["replicas"]), str(r["gpus"]),
-            f"${r['cost_per_hour']:,.2f}", f"${r['cost_per_million_output_tokens']:,.3f}",
+    return (_name(r), r["weights"], r["kv_dtype"], f"{r['max_num_batched_tokens']}/{r['max_num_seqs']}",
+            str(r["replicas"]), str(r["gpus"]), f"${r['cost_per_hour']:,.2f}",
+            f"${r['cost_per_million_output_tokens']:,.3f}",
             *(f"{m[k]:.4g}" for k in sorted(k for k in m if k.startswith("p99_"))),
             "-" if p is None else f"{100 * p:.0f}%", r.get("profile", ""))
 
 
 def _print(out: dict) -> None:
     slo = ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms" for k, v in out["slos"].items())
-    lines = [f"{out['model']} at {out['rate']:g} req/s, {out['engine']}, SLOs {slo}: {out['candidates']} candidates"]
+    settled = ", ".join(f"{v:,} {k}" for k, v in out["settled"].items())
+    lines = [f"{out['model']} at {out['rate']:g} req/s, {out['engine']}, SLOs {slo}: {out['candidates']} replica "
+             f"types, {out['configurations']:,} configurations ({settled})"]
     keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
-    heads = ("deployment", "weights", "KV", "replicas", "GPUs", "$/hour", "$/M out tok", *keys, "P(meets SLO)",
-             "profile")
+    heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas", "GPUs", "$/hour", "$/M out tok", *keys,
+             "P(meets SLO)", "profile")
     if out["best"] is None:
-        lines.append("no candidate meets the SLOs")
+        lines.append("no configuration meets the SLOs")
     else:
         b = out["best"]
-        lines += ["", f"cheapest: {b['gpu']} x {b['tp']} ({b['weights']} weights), {b['replicas']} replica(s), "
+        lines += ["", f"cheapest: {_name(b)} ({b['weights']} weights), max_num_batched_tokens "
+                      f"{b['max_num_batched_tokens']}, max_num_seqs {b['max_num_seqs']}, {b['replicas']} replica(s), "
                       f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, ${b['cost_per_million_output_tokens']:,.3f} "
                       f"per million output tokens (${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
-        lines.append(table([_row(r) for r in out["feasible"][:8]], headers=heads))
-        lines += ["", "cost-latency Pareto front: " + "; ".join(
-            f"{r['gpu']} x {r['tp']}{' EP ' + str(r['ep']) if r.get('ep', 1) > 1 else ''} {r['weights']} "
-            f"x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
+        lines.append(table([_row(r) for r in [b, *out["runners_up"]]], headers=heads))
+        lines += ["", "cost-latency Pareto front (of those found): " + "; ".join(
+            f"{_name(r)} {r['weights']} x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
     for s in out.get("not_tried", []):
         if "no fitted profile" in s["reason"]:
             lines.append(f"left out: {s['gpu']}: {s['reason']}")
     if out["rejected"]:
-        lines += ["", "rejected:"]
-        lines += [f"  {r['gpu']} x {r['tp']}{' EP ' + str(r['ep']) if r.get('ep', 1) > 1 else ''} "
-                  f"({r['weights']}, {r['kv_dtype']} KV): {r['rejected']}: {r['reason']}"
+        lines += ["", "other replica types:"]
+        lines += [f"  {_name(r)} ({r['weights']}, {r['kv_dtype']} KV): {r['rejected']}: {r['reason']}"
                   for r in out["rejected"]]
     echo(*lines)

@@ -1,28 +1,46 @@
 """`plan`: the cheapest deployment that serves a workload at a target rate under P99 SLOs.
 
-For each candidate replica (GPU type x tensor parallelism x weight and KV dtypes), in turn:
-  1. memory: the memory planner's KV cache (``rooflinesim fit --engine vllm``) must hold the
-     workload's longest request; else "does not fit";
-  2. a floor: one run at a low rate (a tenth of the target, per replica at most) must meet
-     the SLOs; else the SLO it misses (every request alone already takes longer);
-  3. a ceiling: the replica's saturated request throughput (every request at once) bounds
-     the rate it can take, so the replicas the target needs are at least target / ceiling;
-     a candidate needing more than ``max_gpus`` even then is rejected without more runs;
-  4. the highest rate one replica sustains under the SLOs (``max_rate``: bisection), and so
-     the replicas the target needs;
-  5. the whole deployment (those replicas, each taking every dp-th request) simulated at
-     the target rate with the kernel model's error drawn (``serve``'s intervals): a
-     replica is added while it misses the SLOs (at most two more).
+The search space: replica types (GPU x tensor and expert parallelism x weight and KV
+dtypes) x the engine's limits (``max_num_batched_tokens`` x ``max_num_seqs``) x replicas
+(data parallelism, up to ``max_gpus``). A configuration is settled, cheapest first, by:
+  1. memory: the memory planner's KV cache at those limits (``rooflinesim fit --engine
+     vllm``) must hold the workload's longest request; else "does not fit";
+  2. bounds from the replica type's step tables (``StepTimes``), without a simulation:
+     * each request alone: its prefill takes at least one step per budget's worth of its
+       prompt and at least its tokens at the best tokens-per-second of any step; each of
+       its later tokens at least the shortest step. The P99 of those lower bounds is a
+       lower bound on the P99 of the run; past an SLO, every replica count fails it;
+     * the ceiling: a replica computes every prompt token and every later output token
+       in some step, at most the best tokens-per-second of any step of the budget; it
+       runs at most as many decodes a step as its ``max_num_seqs``, budget and KV cache
+       allow, each step at least the shortest; and a request holds at least its prompt
+       and the tokens so far in the KV cache through each of its decode steps, while the
+       cache holds its size at a time. Its request throughput is at most the workload's
+       requests over the largest of those three times; at a rate per replica at or above
+       it the queue grows without bound, so fewer replicas are not simulated;
+  3. a simulated run (``serve``, the engine's scheduler at those limits, the replicas
+     each taking every dp-th request) at the target rate: it meets every SLO or names the
+     one it misses. Configurations are simulated cheapest first (among equals, the fewest
+     GPUs, and a type at a replica count with the engine's default limits first: its other
+     limits run only where those miss), in waves of ``WAVE`` (the same waves with any
+     number of workers, so the answer does not depend on them), until ``KEEP`` replica types
+     meet the SLOs and no configuration left is as cheap as the ``KEEP``-th of them: every
+     cheaper configuration is then settled, and the rest are "not needed" (as are a type's
+     configurations costlier than one of its own that meets the SLOs);
+  4. the cheapest configuration of each of the ``KEEP`` cheapest replica types is simulated
+     again with the kernel model's error drawn (``serve``'s intervals): its intervals and
+     the probability that the SLOs hold.
 Cost: GPUs x the price per GPU-hour (``rooflinesim/data/gpu_prices.yaml``, each figure with
 its source and date, or ``--prices``), and per million output tokens at the simulated
-output throughput. Candidates run in a process pool (one per core).
+output throughput. The work runs in a process pool (one worker per core), or on a Ray
+cluster (``ray_address``; ``pip install "rooflinesim[ray]"``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,16 +48,33 @@ import numpy as np
 from ..errors import UserError
 
 TPS = (1, 2, 4, 8)
-EXTRA_REPLICAS = 2
+KEEP = 6  # replica types that meet the SLOs found before the search stops: the best and five runners-up
+WAVE = 8  # configurations simulated at once (in cost order)
+SEQS_OPTIONS = (256, 64)  # max_num_seqs tried beside the engine's default
+TOKENS_OPTIONS = (2048, 16384)  # max_num_batched_tokens tried beside the engine's default
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """A replica type."""
+
     gpu: str
     tp: int
     weights: str
     kv_dtype: str
     ep: int = 1  # expert parallelism (MoE models: the experts split over the TP ranks)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of the search: a replica type, the engine's limits, replicas."""
+
+    candidate: Candidate
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    kv_cache_tokens: int
+    replicas: int
+    cost_per_hour: float
 
 
 def load_prices(path=None) -> dict:
@@ -67,85 +102,204 @@ def load_prices(path=None) -> dict:
     return out
 
 
-def _run_candidate(args) -> dict:
-    """One candidate through steps 1-5 (in a worker process)."""
-    c, job = args
+def _setup(c: Candidate, job: dict):
     from ..calibration.profile import resolve_profile
     from ..hardware import load_spec
     from ..models.config import load_config
     from ..models.deploy import Deployment
-    from .simulate import kv_cache_tokens, max_rate, serve
+
+    spec = load_spec(c.gpu)
+    return load_config(job["model"]), spec, resolve_profile(spec, None), Deployment(
+        tp=c.tp, ep=c.ep, weights=c.weights, kv_cache=c.kv_dtype)
+
+
+def _limits(engine: str, model, spec, kv_default: int, job: dict) -> tuple[list, tuple]:
+    """The (max_num_batched_tokens, max_num_seqs) pairs searched (the job's lists, else the
+    engine's defaults for the GPU and the options beside them), and the engine's defaults."""
+    from .simulate import engine_limits
+
+    base = engine_limits(engine, model, spec, kv_default)
+    tokens = job.get("max_num_batched_tokens") or sorted({base["max_num_batched_tokens"], *TOKENS_OPTIONS})
+    seqs = job.get("max_num_seqs") or sorted({base["max_num_seqs"], *SEQS_OPTIONS}, reverse=True)
+    return [(int(t), int(s)) for t in tokens for s in seqs], (base["max_num_batched_tokens"], base["max_num_seqs"])
+
+
+def _bounds(args) -> dict:
+    """A replica type through steps 1 and 2 (in a worker): per pair of limits, its KV cache
+    and either the fewest replicas worth simulating or why none is."""
+    c, job = args
+    from .simulate import ENGINES, kv_cache_tokens, step_times
     from .traffic import requests_at
 
-    model = load_config(job["model"])
-    spec = load_spec(c.gpu)
-    profile = resolve_profile(spec, None)
-    w = job["workload"]
-
-    def make(rate):
-        return requests_at(w, rate)
-
-    out = {"candidate": c, "gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
-           "profile": profile.kind}
+    out = {"candidate": c, "limits": [], "error": None}
     try:
-        d = Deployment(tp=c.tp, ep=c.ep, weights=c.weights, kv_cache=c.kv_dtype)
-        reqs = make(math.inf)
-        longest = int((reqs.input_tokens + reqs.output_tokens).max())
-        kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=job["gpu_memory_utilization"],
-                             max_num_batched_tokens=8192, max_num_seqs=1024)
-        if kv < longest:
-            return {**out, "rejected": "does not fit", "reason": f"KV cache of {kv:,} tokens; the longest "
-                                                                 f"request needs {longest:,}"}
-        opts = dict(engine=job["engine"], kv_tokens=kv)
-        slos = job["slos"]
-        low = serve(model, spec, profile, d, make(job["rate"] / 10), **opts).metrics
-        missed = [k for k, v in slos.items() if low[k] > v]
-        if missed:
-            return {**out, "rejected": missed[0].replace("p99_", "").replace("_ms", "").upper(),
-                    "reason": f"even at a tenth of the rate, {missed[0]} is {low[missed[0]]:.4g} ms "
-                              f"(SLO {slos[missed[0]]:.4g})"}
-        ceiling = serve(model, spec, profile, d, make(math.inf), **opts).metrics["request_throughput"]
-        if math.ceil(job["rate"] / ceiling) * c.tp > job["max_gpus"]:
-            return {**out, "rejected": "too many GPUs",
-                    "reason": f"saturated at {ceiling:.3g} req/s a replica: at least "
-                              f"{math.ceil(job['rate'] / ceiling) * c.tp} GPUs (max {job['max_gpus']})"}
-        rate, _, _ = max_rate(model, spec, profile, d, make, slos, iterations=job["iterations"], **opts)
-        replicas = max(1, math.ceil(job["rate"] / rate)) if rate < math.inf else 1
-        for _ in range(EXTRA_REPLICAS + 1):
-            if replicas * c.tp > job["max_gpus"]:
-                return {**out, "rejected": "too many GPUs", "reason": f"{replicas} replicas of {c.tp} GPUs "
-                                                                      f"(max {job['max_gpus']} GPUs)"}
-            dd = Deployment(tp=c.tp, ep=c.ep, dp=replicas, weights=c.weights, kv_cache=c.kv_dtype)
-            r = serve(model, spec, profile, dd, make(job["rate"]), interval_samples=job["samples"],
-                      seed=w["seed"], **opts)
-            if all(r.metrics[k] <= v for k, v in slos.items()):
-                break
-            replicas += 1
-        else:
-            return {**out, "rejected": "SLO at the target rate",
-                    "reason": f"{replicas - 1} replicas still miss the SLOs at {job['rate']:g} req/s"}
-        price = job["prices"][c.gpu]["usd_per_gpu_hour"]
-        gpus = replicas * c.tp
-        per_hour = gpus * price
-        tokens_per_hour = r.metrics["output_throughput"] * 3600
-        draws = r.draws or []
-        meets = (float(np.mean([all(m[k] <= v for k, v in slos.items()) for m in draws])) if draws else None)
-        return {**out, "replicas": replicas, "gpus": gpus,
-                "max_rate_per_replica": None if math.isinf(rate) else rate,  # (None: every request at once meets the SLOs)
-                "cost_per_hour": per_hour, "cost_per_million_output_tokens": per_hour / tokens_per_hour * 1e6,
-                "usd_per_gpu_hour": price, "price_source": job["prices"][c.gpu].get("source"),
-                "metrics": {k: r.metrics[k] for k in (*slos, "request_throughput", "output_throughput",
-                                                      "median_ttft_ms", "median_tpot_ms")},
-                "interval": {k: (r.interval or {}).get(k) for k in slos},
-                "probability_meets_slo": meets}
+        model, spec, profile, d = _setup(c, job)
+        out["profile"] = profile.kind
+        reqs = requests_at(job["workload"], math.inf)
+        prompt, output = reqs.input_tokens.astype(float), reqs.output_tokens.astype(float)
+        longest = int((prompt + output).max())
+        gmu = job["gpu_memory_utilization"]
+        kv_default = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gmu,
+                                     max_num_batched_tokens=8192, max_num_seqs=1024)
+        pairs, out["default"] = _limits(job["engine"], model, spec, kv_default, job)
+        fits = []
+        for tokens, seqs in pairs:
+            kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gmu,
+                                 max_num_batched_tokens=tokens, max_num_seqs=seqs)
+            if kv < longest:
+                out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, "rejected": "does not fit",
+                                      "reason": f"KV cache of {kv:,} tokens; the longest request needs {longest:,}"})
+            else:
+                fits.append((tokens, seqs, kv))
+        if not fits:
+            return out
+        st = step_times(model, spec, profile, d, max_tokens=max(max(t, s) for t, s, _ in fits),
+                        max_seqs=max(s for _, s, _ in fits), max_context=max(longest, 2))
+        overhead = ENGINES[job["engine"]].step_overhead_s
+        most = job["max_gpus"] // c.tp
+        for tokens, seqs, kv in fits:
+            out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **_bound(
+                st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most)})
     except UserError as e:
-        return {**out, "rejected": "invalid", "reason": str(e)}
+        out["error"] = str(e)
+    return out
+
+
+def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float, slos: dict, rate: float,
+           most: int) -> dict:
+    """Step 2 for one pair of limits: {"replicas": the fewest worth simulating} or a
+    rejection with its reason; with the bounds (``ceiling`` in requests/s, ``lower``: the
+    lower bounds of the P99s in ms)."""
+    budget = min(tokens, st.max_tokens)
+    # the shortest a step of t tokens can take (any t' >= t: the tables need not be monotone)
+    dense = np.minimum(st.dense_prefill[1:budget + 1], np.concatenate([
+        st.dense_decode[1:min(seqs, budget) + 1], np.full(max(budget - seqs, 0), np.inf)]))
+    shortest = np.minimum.accumulate(dense[::-1])[::-1] + overhead
+    step_min = float(shortest[0])
+    sampling = step_min + float(np.min(st.logits[1:]))
+    per_token = float((shortest / np.arange(1, budget + 1)).min())  # seconds a token, at best
+    ttft = np.maximum(np.ceil(prompt / budget - 1e-12) * step_min + (sampling - step_min), prompt * per_token)
+    tpot = np.full(int(np.count_nonzero(output > 1)), sampling)
+    lower = {k: float(np.percentile(x, 99)) * 1e3 if x.size else 0.0 for k, x in (
+        ("p99_ttft_ms", ttft), ("p99_tpot_ms", tpot), ("p99_e2el_ms", ttft + (output - 1) * sampling))}
+    for key, limit in slos.items():
+        if lower[key] > limit:
+            return {"rejected": key.replace("p99_", "").replace("_ms", "").upper(), "lower": lower,
+                    "reason": f"even alone, {key} is at least {lower[key]:.4g} ms (SLO {limit:.4g})"}
+    later = np.maximum(output - 1, 0)
+    work = float(prompt.sum() + later.sum())
+    concurrent = max(1, min(seqs, budget, int(kv // (prompt.min() + 1))))
+    # (a request holds at least prompt + j tokens of KV through its j-th decode step, which takes
+    # at least the shortest sampling step, and the cache holds kv tokens at a time)
+    held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
+    busy = max(work * per_token, float(later.sum()) / concurrent * sampling, held)
+    ceiling = prompt.size / busy if busy > 0 else math.inf
+    replicas = max(1, math.floor(rate / ceiling) + 1)
+    if replicas > most:
+        return {"rejected": "too many GPUs", "ceiling": ceiling, "lower": lower,
+                "reason": f"a replica serves at most {ceiling:.3g} req/s: at least {replicas} replicas "
+                          f"(max {most} of this size)"}
+    return {"replicas": replicas, "ceiling": ceiling, "lower": lower}
+
+
+def _simulate(args) -> dict:
+    """Step 3 (or, with samples, step 4) for one configuration (in a worker)."""
+    cfg, job, samples = args
+    from dataclasses import replace
+
+    from .simulate import serve
+    from .traffic import requests_at
+
+    model, spec, profile, d = _setup(cfg.candidate, job)
+    slos = job["slos"]
+    try:
+        r = serve(model, spec, profile, replace(d, dp=cfg.replicas), requests_at(job["workload"], job["rate"]),
+                  engine=job["engine"], max_num_batched_tokens=cfg.max_num_batched_tokens,
+                  max_num_seqs=cfg.max_num_seqs, kv_tokens=cfg.kv_cache_tokens, interval_samples=samples,
+                  seed=job["workload"]["seed"])
+    except UserError as e:
+        return {"config": cfg, "rejected": "invalid", "reason": str(e)}
+    missed = [k for k, v in slos.items() if r.metrics[k] > v]
+    out = {"config": cfg, "metrics": {k: r.metrics[k] for k in (
+        *slos, "request_throughput", "output_throughput", "median_ttft_ms", "median_tpot_ms")}}
+    if missed:
+        k = missed[0]
+        return {**out, "rejected": k.replace("p99_", "").replace("_ms", "").upper(),
+                "reason": f"{k} is {r.metrics[k]:.4g} ms (SLO {slos[k]:.4g}) with {cfg.replicas} replica(s) at "
+                          f"{job['rate']:g} req/s"}
+    if samples:
+        draws = r.draws or []
+        out["interval"] = {k: (r.interval or {}).get(k) for k in slos}
+        out["probability_meets_slo"] = (float(np.mean([all(m[k] <= v for k, v in slos.items()) for m in draws]))
+                                        if draws else None)
+    return out
+
+
+class _Workers:
+    """Maps a function over items in order: here (jobs 1), in a process pool, or on Ray."""
+
+    def __init__(self, jobs: int, ray_address: str | None):
+        self.jobs, self.ray, self.pool = jobs, None, None
+        if ray_address:
+            try:
+                import ray
+            except ImportError:
+                raise UserError('--ray-address needs Ray: pip install "rooflinesim[ray]"') from None
+            if not ray.is_initialized():
+                _reachable(ray_address)
+                try:
+                    ray.init(address=None if ray_address == "local" else ray_address, include_dashboard=False,
+                             log_to_driver=False, **({"num_cpus": jobs} if ray_address == "local" else {}))
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise UserError(f"cannot reach the Ray cluster at {ray_address}: {e}") from None
+            self.ray = ray
+        elif jobs > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=jobs)
+
+    def map(self, fn, items: list) -> list:
+        if not items:
+            return []
+        if self.ray is not None:
+            remote = self.ray.remote(fn)
+            out = self.ray.get([remote.remote(x) for x in items])
+        elif self.pool is not None and len(items) > 1:
+            out = list(self.pool.map(fn, items))
+        else:
+            out = [fn(x) for x in items]
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def _reachable(address: str, timeout_s: float = 10.0) -> None:
+    """One sentence, soon, where a Ray address's host and port take no connection (Ray itself
+    retries for minutes): 'local' and 'auto' are left to Ray."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("local", "auto"):
+        return
+    parts = urlsplit(address if "://" in address else "ray-gcs://" + address)
+    try:
+        host, port = parts.hostname, parts.port or (10001 if parts.scheme == "ray" else 6379)
+    except ValueError:
+        host = port = None
+    if not host:
+        raise UserError(f"--ray-address must be host:port, ray://host:port, auto or local (got {address!r})")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
 def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int) -> tuple[list, list]:
-    """(the candidates, and the combinations left out with why: a TP the model cannot
+    """(the replica types, and the combinations left out with why: a TP the model cannot
     split, a dtype the GPU lacks, more GPUs than a node or the limit holds). An MoE model's
-    candidates at TP above 1 come with and without expert parallelism over the TP ranks."""
+    types at TP above 1 come with and without expert parallelism over the TP ranks."""
     from ..hardware import load_spec
     from ..models.deploy import Deployment, shard
 
@@ -180,12 +334,15 @@ def calibrated(gpu: str) -> bool:
 
 def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list, weights: list,
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
-         iterations: int = 8, jobs: int | None = None, gpu_memory_utilization: float = 0.9,
-         uncalibrated: bool = False, progress=None, on_start=None) -> dict:
-    """Every candidate through the steps of the module's notes; the cheapest that meets the
-    SLOs, the runners-up, the cost-latency Pareto front and the rejected with reasons. GPUs
-    with no fitted profile (the ideal roofline: optimistic, with no interval) are left out
-    unless ``uncalibrated``."""
+         max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
+         gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
+         progress=None, on_start=None) -> dict:
+    """The search of the module's notes: the cheapest configuration that meets the SLOs,
+    the runners-up, the cost-latency Pareto front of those found, each replica type's
+    verdict, and how many configurations each step settled. GPUs with no fitted profile
+    (the ideal roofline: optimistic, with no interval) are left out unless
+    ``uncalibrated``. ``progress(k)``: k more configurations settled (``on_start(n)``: n
+    in all)."""
     from ..models.config import load_config
 
     if not slos:
@@ -207,34 +364,153 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         skipped += [{"gpu": g, "reason": "no fitted profile: the ideal roofline would flatter it "
                                          "(--include-uncalibrated plans with it)"} for g in ideal]
     job = {"model": model_name, "rate": rate, "slos": slos, "workload": workload, "max_gpus": max_gpus,
-           "prices": prices, "engine": engine, "samples": samples, "iterations": iterations,
-           "gpu_memory_utilization": gpu_memory_utilization}
-    work = [(c, job) for c in cands]
-    if on_start is not None:
-        on_start(len(work))  # (how many candidates ``progress`` will count)
-    jobs = jobs or os.cpu_count() or 1
+           "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
+           "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
+           "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
-    results = []
-    if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            for r in pool.map(_run_candidate, work):  # (in order, as each is done)
-                results.append(r)
+    workers = _Workers(jobs or os.cpu_count() or 1, ray_address)
+    try:
+        return _search(model, cands, skipped, job, prices, samples, workers, tick, on_start)
+    finally:
+        workers.close()
+
+
+def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start) -> dict:
+    bounds = workers.map(_bounds, [(c, job) for c in cands])
+    # every configuration of the space, each settled once: by step 1 or 2, by a run, or not needed
+    space = {c: max(1, job["max_gpus"] // c.tp) * max(1, len(b["limits"])) for c, b in zip(cands, bounds)}
+    total = sum(space.values())
+    if on_start is not None:
+        on_start(total)
+    settled = Counter()
+    verdicts: dict = {c: [] for c in cands}  # per type: (how it was settled, cost per hour, verdict, reason)
+    todo: list[Config] = []
+    price = {c: prices[c.gpu]["usd_per_gpu_hour"] for c in cands}
+    defaults = {c: b.get("default") for c, b in zip(cands, bounds)}
+    for c, b in zip(cands, bounds):
+        if b["error"] is not None:
+            settled["invalid"] += space[c]
+            verdicts[c].append(("bound", math.inf, "invalid", b["error"]))
+            continue
+        most = max(1, job["max_gpus"] // c.tp)
+        for lim in b["limits"]:
+            if "rejected" in lim:
+                settled[lim["rejected"] if lim["rejected"] == "does not fit" else "bound"] += most
+                verdicts[c].append(("bound", math.inf, lim["rejected"], _limits_text(lim) + lim["reason"]))
+                continue
+            settled["bound"] += lim["replicas"] - 1  # (too few replicas for the rate)
+            for r in range(lim["replicas"], most + 1):
+                todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.tp * price[c]))
+    tick(sum(settled.values()))
+    # cost first; among equals the fewest GPUs, then each group (a type at a replica count) with
+    # the engine's default limits first
+    todo.sort(key=lambda x: (x.cost_per_hour, x.replicas * x.candidate.tp, x.candidate.gpu, x.candidate.tp,
+                             x.candidate.weights, x.candidate.kv_dtype, x.candidate.ep, x.replicas,
+                             (x.max_num_batched_tokens, x.max_num_seqs) != defaults[x.candidate],
+                             -x.max_num_batched_tokens, -x.max_num_seqs))
+    found, met, groups = [], {}, set()  # met: type -> the cost of its cheapest configuration that meets the SLOs
+    queue = todo
+    while queue:
+        if len(met) >= KEEP and queue[0].cost_per_hour > sorted(met.values())[KEEP - 1]:
+            break  # (everything as cheap as the KEEP cheapest types' configurations is settled)
+        wave, later, taken = [], [], set()
+        for cfg in queue:
+            group = (cfg.candidate, cfg.replicas)
+            if group in groups or (cfg.candidate in met and cfg.cost_per_hour > met[cfg.candidate]):
+                settled["not needed"] += 1  # (other limits of its type and replicas, or fewer replicas, meet the SLOs)
                 tick(1)
-    else:
-        for w in work:
-            results.append(_run_candidate(w))
-            tick(1)
-    ok = sorted((r for r in results if "rejected" not in r),
-                key=lambda r: (r["cost_per_hour"], r["cost_per_million_output_tokens"], r["gpus"]))
-    rejected = [r for r in results if "rejected" in r]
+            elif len(wave) < WAVE and group not in taken:
+                wave.append(cfg)
+                taken.add(group)
+            else:
+                later.append(cfg)  # (one run a group a wave: the next limits only if these miss)
+        queue = later
+        for r in workers.map(_simulate, [(cfg, job, 0) for cfg in wave]):
+            settled["simulated"] += 1
+            cfg = r["config"]
+            if "rejected" in r:
+                verdicts[cfg.candidate].append(("run", cfg.cost_per_hour, r["rejected"], _config_text(cfg) + r["reason"]))
+            else:
+                found.append(r)
+                groups.add((cfg.candidate, cfg.replicas))
+                met[cfg.candidate] = min(met.get(cfg.candidate, math.inf), cfg.cost_per_hour)
+        tick(len(wave))
+    settled["not needed"] += len(queue)
+    tick(len(queue))
+    for cfg in queue:
+        top = sorted(met.values())[KEEP - 1]
+        verdicts[cfg.candidate].append(("left", cfg.cost_per_hour, "not needed",
+                                        f"its cheapest configuration left (${cfg.cost_per_hour:,.2f}/hour) costs "
+                                        f"more than each of the {KEEP} cheapest replica types found to meet the "
+                                        f"SLOs (up to ${top:,.2f}/hour)"))
+    profiles = {c: b.get("profile", "") for c, b in zip(cands, bounds)}
+    slos = job["slos"]
+    found.sort(key=lambda r: (r["config"].cost_per_hour, max(r["metrics"][k] / v for k, v in slos.items()),
+                              -r["metrics"]["output_throughput"]))
+    # the best, then each other replica type's cheapest (the least loaded against the SLOs among equals)
+    picked, seen = [], set()
+    for r in found:
+        if r["config"].candidate not in seen:
+            seen.add(r["config"].candidate)
+            picked.append(r)
+    picked = picked[:KEEP]
+    if samples:  # (step 4: the intervals and the probability that the SLOs hold, of those picked)
+        picked = workers.map(_simulate, [(r["config"], job, samples) for r in picked])
+    rows = {r["config"]: _row(r["config"], r, prices, profiles[r["config"].candidate]) for r in found}
+    rows.update({r["config"]: _row(r["config"], r, prices, profiles[r["config"].candidate]) for r in picked})
+    feasible = [rows[r["config"]] for r in found]
     front, best_latency = [], math.inf
     key = next(iter(slos))
-    for r in ok:  # (cost ascending: a point joins the front when it lowers the latency)
+    for r in feasible:  # (cost ascending: a point joins the front when it lowers the latency)
         if r["metrics"][key] < best_latency:
             front.append(r)
             best_latency = r["metrics"][key]
-    clean = lambda r: {k: v for k, v in r.items() if k != "candidate"}  # noqa: E731
-    return {"model": model.name, "rate": rate, "slos": slos, "workload": workload, "engine": engine,
-            "candidates": len(cands), "best": clean(ok[0]) if ok else None, "runners_up": [clean(r) for r in ok[1:6]],
-            "pareto": [clean(r) for r in front], "feasible": [clean(r) for r in ok],
-            "rejected": [clean(r) for r in rejected], "not_tried": skipped}
+    rejected = []
+    for c in cands:
+        if c in seen or not verdicts[c]:
+            continue
+        rejected.append({"gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
+                         "profile": profiles[c], **_verdict(verdicts[c])})
+    best = [rows[r["config"]] for r in picked]
+    return {"model": model.name, "rate": job["rate"], "slos": slos, "workload": job["workload"],
+            "engine": job["engine"], "candidates": len(cands), "configurations": total,
+            "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
+            "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,
+            "not_tried": skipped}
+
+
+def _verdict(found: list) -> dict:
+    """A replica type's verdict from its configurations' (how, cost, verdict, reason): not
+    needed where some were left unsimulated (cheaper ones met the SLOs first), else the
+    costliest run's miss (the closest to meeting them), else a bound's (an SLO or the GPU
+    limit before a memory one)."""
+    left = [v for v in found if v[0] == "left"]
+    runs = [v for v in found if v[0] == "run"]
+    if left:
+        how, cost, verdict, reason = min(left, key=lambda v: v[1])
+    elif runs:
+        how, cost, verdict, reason = max(runs, key=lambda v: v[1])
+    else:
+        how, cost, verdict, reason = min(found, key=lambda v: v[2] == "does not fit")
+    return {"rejected": verdict, "reason": reason}
+
+
+def _limits_text(lim: dict) -> str:
+    return f"max_num_batched_tokens {lim['tokens']}, max_num_seqs {lim['seqs']}: "
+
+
+def _config_text(cfg: Config) -> str:
+    return f"max_num_batched_tokens {cfg.max_num_batched_tokens}, max_num_seqs {cfg.max_num_seqs}: "
+
+
+def _row(cfg: Config, r: dict, prices: dict, profile: str) -> dict:
+    c = cfg.candidate
+    tokens_per_hour = r["metrics"]["output_throughput"] * 3600
+    return {"gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype, "profile": profile,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
+            "kv_cache_tokens": cfg.kv_cache_tokens, "replicas": cfg.replicas, "gpus": cfg.replicas * c.tp,
+            "cost_per_hour": cfg.cost_per_hour,
+            "cost_per_million_output_tokens": cfg.cost_per_hour / tokens_per_hour * 1e6,
+            "usd_per_gpu_hour": prices[c.gpu]["usd_per_gpu_hour"], "price_source": prices[c.gpu].get("source"),
+            "metrics": r["metrics"], "interval": r.get("interval"),
+            "probability_meets_slo": r.get("probability_meets_slo")}

@@ -186,23 +186,26 @@ def _replicas(engine, reqs, steps, p, dp: int, concurrency, progress=None) -> Se
 
 
 _STEP_TABLES: dict = {}
-KEPT_TABLES = 16
+KEPT_TABLES = 64  # (a plan's worker prices every replica type it meets: about 2 MB each)
 
 
 def step_times(model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs: int, max_context: int) -> StepTimes:
     """The step tables of a deployment, kept for the next run of the same deployment (a rate
-    search runs a dozen): by the identity of the model and spec (frozen), the values of the
-    profile's parameters (``Profile.key``), the deployment and the limits (the answer never
-    depends on what ran before)."""
-    key = (id(model), id(spec), profile.key() if hasattr(profile, "key") else (id(profile),), replace(d, dp=1),
-           max_tokens, max_seqs, max_context)  # (the replicas price their steps alike)
-    found = _STEP_TABLES.get(key)
-    if found is None:
-        if len(_STEP_TABLES) >= KEPT_TABLES:
-            _STEP_TABLES.pop(next(iter(_STEP_TABLES)))
-        found = _STEP_TABLES[key] = ((model, spec, profile), StepTimes(
-            model, spec, profile, d, max_tokens=max_tokens, max_seqs=max_seqs, max_context=max_context))
-    return found[1]
+    or limits search runs dozens): by the identity of the model and spec (frozen), the
+    values of the profile's parameters (``Profile.key``), and the deployment. Tables kept
+    for larger limits serve smaller ones: their grids start alike (``steps._grid``), so
+    they answer as tables made for the smaller limits do, and the answer never depends
+    on what ran before."""
+    key = (id(model), id(spec), profile.key() if hasattr(profile, "key") else (id(profile),),
+           replace(d, dp=1))  # (the replicas price their steps alike)
+    for (k, limits), (_, steps) in _STEP_TABLES.items():
+        if k == key and all(a >= b for a, b in zip(limits, (max_tokens, max_seqs, max_context))):
+            return steps
+    if len(_STEP_TABLES) >= KEPT_TABLES:
+        _STEP_TABLES.pop(next(iter(_STEP_TABLES)))
+    steps = StepTimes(model, spec, profile, d, max_tokens=max_tokens, max_seqs=max_seqs, max_context=max_context)
+    _STEP_TABLES[(key, (max_tokens, max_seqs, max_context))] = ((model, spec, profile), steps)
+    return steps
 
 
 def _share(total: int, k: int, i: int) -> int:

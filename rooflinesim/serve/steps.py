@@ -31,13 +31,15 @@ from ..models.workload import Phase, price_phases
 
 
 def _grid(lo: float, hi: float, ratio: float) -> np.ndarray:
-    """Whole numbers from lo to hi, each about ``ratio`` times the last (all of them while
-    the step is under one)."""
+    """Whole numbers from lo, each about ``ratio`` times the last (all of them while the
+    step is under one), up to the first at or past hi: the grid up to a smaller hi is a
+    prefix of this one, so a table over a larger range answers as the smaller one does."""
     pts, x = [], float(lo)
-    while x < hi:
+    while True:
         pts.append(int(round(x)))
+        if pts[-1] >= hi:
+            break
         x = max(x * ratio, x + 1)
-    pts.append(int(hi))
     return np.unique(np.array(pts, dtype=float))
 
 
