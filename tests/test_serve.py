@@ -404,3 +404,28 @@ def test_a_decode_the_budget_does_not_reach_is_not_in_the_step():
     s = r.served
     assert int(s.steps["tokens"].max()) <= 256 and np.all(s.steps["sequences"] <= 3)
     assert r.metrics["completed"] == 3
+
+
+def test_step_tables_for_larger_limits_answer_as_those_for_smaller_ones():
+    """A deployment's tables are kept and lent to runs at smaller limits (a plan searches
+    several): their grids start alike, so every step they price comes out the same."""
+    from rooflinesim.serve.steps import StepTimes
+
+    spec = load_spec("h200")
+    profile = resolve_profile(spec, None)
+    model, d = load_config("mixtral-8x7b"), Deployment(tp=2, weights="fp8")
+    small = StepTimes(model, spec, profile, d, max_tokens=3000, max_seqs=100, max_context=2500)
+    large = StepTimes(model, spec, profile, d, max_tokens=9000, max_seqs=300, max_context=7000)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n_dec = int(rng.integers(0, 100))
+        chunks = int(rng.integers(0, min(5, 100 - n_dec) + 1)) if n_dec < 100 else 0
+        chunk_tokens = int(rng.integers(chunks, min(3000 - n_dec, 2500 * chunks) + 1)) if chunks else 0
+        if n_dec + chunk_tokens == 0:
+            n_dec = 1
+        q = chunk_tokens / chunks if chunks else 0.0  # (a chunk attends at least to itself)
+        args = (n_dec, float(rng.uniform(1, 2500)) if n_dec else 0.0, chunks, chunk_tokens,
+                float(rng.uniform(q, 2500)) if chunks else 0.0, int(rng.integers(0, min(n_dec + chunks, 100) + 1)))
+        assert large.step_s(*args) == pytest.approx(small.step_s(*args), rel=1e-12), args
+    ctx = rng.uniform(1, 2500, 50)
+    assert np.allclose(large.decode_steps(37, ctx), small.decode_steps(37, ctx), rtol=1e-12, atol=0)
