@@ -24,8 +24,30 @@ def run(args):
     """Run measurement suites (`rooflinesim harness run --help` for the options)."""
     from ..harness.cli import main as harness_main
 
-    rc = harness_main(["run", *args])
+    listing = "--list" in args
+    rc = harness_main(["run", *args], call_s=_h200_call_s() if listing else None)
     sys.exit(rc or 0)
+
+
+def _h200_call_s():
+    """The seconds of one call of each harness case, as the calibrated H200 model predicts
+    it in a CUDA graph (the listing's time estimates): ``call_s(cases, world_size)``, the
+    cases of one kind priced in one vectorized call."""
+    from ..calibration.profile import resolve_profile
+    from ..calibration.records import COLLECTIVES
+    from ..calibration.validate import predict_records
+    from ..hardware import load_spec
+
+    spec = load_spec("h200")
+    profile = resolve_profile(spec, None)
+
+    def call_s(cases, world_size):
+        recs = [{**c, "graph": True, **({"world_size": world_size} if c["op"] in COLLECTIVES else {})}
+                for c in cases]
+        # (an op the model has none for: the harness's protocol alone)
+        return [t or 0.0 for _, t, _ in predict_records(recs, spec, profile)]
+
+    return call_s
 
 
 @click.command()

@@ -120,14 +120,17 @@ def build_parser():
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv=None, call_s=None) -> int:
+    """``call_s(cases, world_size)``: the seconds of one call of each case, for the
+    listing's estimates (given by the package's CLI, which prices them with the
+    calibrated model)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
         if args.verb is None:
             raise UsageError("choose a verb: run or list")
         if args.verb == "list" or args.list:
-            print(list_text(args.suite or list(suites.SUITE_NAMES)))
+            print(list_text(args.suite or list(suites.SUITE_NAMES), call_s=call_s))
             return 0
         return _run(args, argv)
     except (UsageError, UserError) as exc:
@@ -354,8 +357,9 @@ def _hardware(device, torch):
 
 # --------------------------------------------------------------------------- list
 
-def list_text(names, world_size=2) -> str:
-    """Suites with case counts per op and the estimated H200 time."""
+def list_text(names, world_size=2, call_s=None) -> str:
+    """Suites with case counts per op and, with ``call_s(cases, world_size)`` (the seconds
+    of one call of each case), the expected harness time."""
     unknown = [n for n in names if n not in suites.SUITE_NAMES]
     if unknown:
         raise UsageError(f"unknown suite '{unknown[0]}'; known: {', '.join(suites.SUITE_NAMES)}")
@@ -367,15 +371,19 @@ def list_text(names, world_size=2) -> str:
         local = [c for c in cases if c["op"] not in suites.COLLECTIVE_OPS]
         if name == "cpu-tiny":
             est = "(cpu)"
+        elif call_s is None:
+            est = "-"
         else:
-            est = f"{suites.estimate_suite_s(local, 1) / 60:.1f}"
+            est = f"{suites.estimate_suite_s(local, call_s, 1) / 60:.1f}"
             if coll:
-                est += f"+{suites.estimate_suite_s(coll, world_size) / 60:.1f}"
+                est += f"+{suites.estimate_suite_s(coll, call_s, world_size) / 60:.1f}"
         ops = collections.Counter(c["op"] for c in cases)
         lines.append(f"{name:<12}{len(local):>7}{len(coll):>10}{est:>11}  "
                      + ", ".join(f"{op} {n}" for op, n in ops.items()))
-    lines.append(f"estimates: nominal H200 rates (bf16 {suites.EST_RATE_FLOP_PER_S['bf16'] / 1e12:.0f}"
-                 f" TFLOP/s, copy {suites.EST_HBM_BYTES_PER_S / 1e12:.1f} TB/s) plus "
-                 f"{suites.EST_CASE_OVERHEAD_S:.2f} s per case; collectives on {world_size} GPUs "
-                 "after '+'")
+    if call_s is None:
+        lines.append("estimates: `rooflinesim harness run --list` prices each call with the calibrated H200 model")
+    else:
+        lines.append(f"estimates: each call as the calibrated H200 model predicts it in a CUDA graph, plus "
+                     f"the harness's protocol ({suites.EST_CASE_OVERHEAD_S:.2f} s per case, replays by "
+                     f"timing.py's rules); collectives on {world_size} GPUs after '+'")
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """Measurement suites: lists of cases, each a small dict of shape fields.
 
 Suites are data built by small deterministic functions (random ones use a fixed
-seed). ``estimate_case_s`` gives the expected harness time of a case on an H200 at
-nominal rates, so ``--list`` can show whether a suite fits its budget before a run.
+seed). ``estimate_case_s`` gives the expected harness time of a case from the time of
+one call (which ``rooflinesim harness run --list`` prices with the calibrated H200 model),
+so a listing shows whether a suite fits its budget before a run.
 This module imports only the standard library.
 """
 
@@ -702,75 +703,16 @@ def suite_cases(name):
 
 # ------------------------------------------------------------------- time estimates
 
-# Nominal H200 rates for the budget estimate only (dense, achievable rather than
-# datasheet peaks: the datasheet's bf16 is about 990 TFLOP/s, copies reach ~4.3 TB/s).
-EST_RATE_FLOP_PER_S = {"bf16": 750e12, "fp16": 750e12, "fp8": 1400e12, "tf32": 370e12,
-                       "fp32": 50e12, "fp64": 50e12}
-EST_ATTENTION_EFFICIENCY = 0.5  # SDPA kernels reach about half the matrix rate
-EST_HBM_BYTES_PER_S = 4.3e12
-EST_BUS_BYTES_PER_S = 300e9  # NCCL bus bandwidth over NVLink, large messages
-EST_COLLECTIVE_LATENCY_S = 20e-6
-EST_LAUNCH_S = 4e-6  # floor of one op inside a CUDA graph
+# The harness's own protocol around each call (the call itself is priced by the
+# calibrated model: `rooflinesim harness run --list`)
 EST_CASE_OVERHEAD_S = 0.25  # allocation, warm-up, capture, profiler pass, record
 EST_COLLECTIVE_STARTUP_S = 20.0  # process spawn and NCCL communicator setup, once
 
 
-def case_work(case, world_size=2):
-    """(flops, bytes, rate key) of one call: the roofline terms of the budget estimate."""
-    op, dt = case["op"], case.get("dtype", "bf16")
-    e = ELEMENT_BYTES.get(dt, 2)
-    if op == "gemm":
-        b, m, n, k = case["batch"], case["m"], case["n"], case["k"]
-        out_e = 2 if dt == "fp8" else e
-        return 2 * b * m * n * k, b * (m * k * e + n * k * e + m * n * out_e), dt
-    if op == "attention":
-        b, h, kv, sq, skv, d = (case[x] for x in ("batch", "heads", "kv_heads", "seq_q",
-                                                    "seq_kv", "head_dim"))
-        flops = 4 * b * h * sq * skv * d * (0.5 if case["causal"] else 1.0)
-        nbytes = e * (2 * b * h * sq * d + 2 * b * kv * skv * d)
-        return flops / EST_ATTENTION_EFFICIENCY, nbytes, dt
-    if op == "moe":
-        t, hd, f, ex, k = (case[x] for x in ("tokens", "hidden", "ffn", "experts", "top_k"))
-        flops = 2 * t * hd * ex + 2 * t * k * hd * 3 * f
-        touched = min(ex, t * k)
-        return flops, 2 * (touched * 3 * hd * f + 4 * t * k * hd), "bf16"
-    if op == "copy":
-        return 0, 2 * case["bytes"], dt
-    if op == "rmsnorm":
-        return 0, 2 * 2 * case["tokens"] * case["hidden"], dt
-    if op == "decoder_layer":
-        return _decoder_work(case)
-    if op in COLLECTIVE_OPS:
-        factor = 2 * (world_size - 1) / world_size if op == "allreduce" else \
-            (world_size - 1) / world_size
-        return 0, case["bytes"] * factor, "bus"
-    return 0, 0, dt
-
-
-def _decoder_work(case):
-    b, s, hd, h, kv, d, f = (case[x] for x in ("batch", "seq", "hidden", "heads", "kv_heads",
-                                               "head_dim", "ffn"))
-    params = (h + 2 * kv) * d * hd + hd * h * d + 2 * f * hd + hd * f
-    if case["mode"] == "prefill":
-        tokens = b * s
-        attn = 4 * b * h * s * s * d * 0.5 / EST_ATTENTION_EFFICIENCY
-        return 2 * tokens * params + attn, 2 * params + 2 * 6 * tokens * hd, "bf16"
-    kv_bytes = _kv_bytes(b, kv, s + 1, d)
-    return 2 * b * params + 4 * b * h * (s + 1) * d, 2 * params + kv_bytes, "bf16"
-
-
-def estimate_call_s(case, world_size=2):
-    """Expected seconds of one call on an H200 at the nominal rates above."""
-    flops, nbytes, key = case_work(case, world_size)
-    if key == "bus":
-        return EST_COLLECTIVE_LATENCY_S + nbytes / EST_BUS_BYTES_PER_S
-    rate = EST_RATE_FLOP_PER_S.get(key, EST_RATE_FLOP_PER_S["bf16"])
-    return max(flops / rate, nbytes / EST_HBM_BYTES_PER_S, EST_LAUNCH_S)
-
-
-def estimate_case_s(case, world_size=2):
-    """Expected harness seconds for one case, following the timing rules of timing.py."""
-    t = estimate_call_s(case, world_size)
+def estimate_case_s(call_s: float) -> float:
+    """Expected harness seconds for a case whose call takes ``call_s``, following the
+    timing rules of timing.py (calls per replay, replays, warm-up, capture)."""
+    t = max(call_s, 1e-9)
     calls = min(256, max(1, math.ceil(2e-3 / t)))
     replay = calls * t
     replays = min(100, max(15, math.ceil(0.1 / replay)))
@@ -779,10 +721,11 @@ def estimate_case_s(case, world_size=2):
     return EST_CASE_OVERHEAD_S + warm_and_estimate + capture + replays * replay
 
 
-def estimate_suite_s(cases, world_size=2):
-    """Expected harness seconds for a list of cases (collectives only if world_size >= 2)."""
-    total = sum(estimate_case_s(c, world_size) for c in cases
-                if c["op"] not in COLLECTIVE_OPS or world_size >= 2)
+def estimate_suite_s(cases, call_s, world_size=2):
+    """Expected harness seconds for a list of cases (collectives only if world_size >= 2);
+    ``call_s(cases, world_size)`` prices one call of each."""
+    run = [c for c in cases if c["op"] not in COLLECTIVE_OPS or world_size >= 2]
+    total = sum(estimate_case_s(t) for t in call_s(run, world_size)) if run else 0.0
     if world_size >= 2 and any(c["op"] in COLLECTIVE_OPS for c in cases):
         total += EST_COLLECTIVE_STARTUP_S
     return total
