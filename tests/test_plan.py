@@ -178,6 +178,22 @@ def test_the_cheapest_is_the_cheapest_of_every_configuration_simulated():
                and x.max_num_seqs == out["best"]["max_num_seqs"] for x in meets)
 
 
+def test_the_best_has_the_most_room_among_its_limits_at_the_same_cost():
+    from rooflinesim.serve.plan import Candidate, Config, _bounds, _simulate
+
+    out = _plan(gpus=["h100-sxm"], samples=0)
+    best, slos = out["best"], {"p99_ttft_ms": 1000.0, "p99_tpot_ms": 40.0}
+    job = {"model": "llama-3.1-8b", "rate": 6.0, "slos": slos, "workload": WORKLOAD, "max_gpus": 2,
+           "engine": "vllm", "gpu_memory_utilization": 0.9, "max_num_batched_tokens": [], "max_num_seqs": []}
+    c = Candidate(best["gpu"], best["tp"], "bf16", "bf16")
+    room = lambda m: max(m[k] / v for k, v in slos.items())  # noqa: E731
+    for lim in _bounds((c, job))["limits"]:
+        r = _simulate((Config(c, lim["tokens"], lim["seqs"], lim["kv"], best["replicas"], best["cost_per_hour"]),
+                       job, 0))
+        if "rejected" not in r:
+            assert room(best["metrics"]) <= room(r["metrics"]) * (1 + 1e-12), lim
+
+
 def test_engine_limits_are_searched_and_can_be_given():
     out = _plan(gpus=["h100-sxm"], max_num_batched_tokens=[1024, 4096], max_num_seqs=[32])
     pairs = {(r["max_num_batched_tokens"], r["max_num_seqs"]) for r in out["feasible"]}

@@ -27,9 +27,11 @@ dtypes) x the engine's limits (``max_num_batched_tokens`` x ``max_num_seqs``) x 
      meet the SLOs and no configuration left is as cheap as the ``KEEP``-th of them: every
      cheaper configuration is then settled, and the rest are "not needed" (as are a type's
      configurations costlier than one of its own that meets the SLOs);
-  4. the cheapest configuration of each of the ``KEEP`` cheapest replica types is simulated
-     again with the kernel model's error drawn (``serve``'s intervals): its intervals and
-     the probability that the SLOs hold.
+  4. the best's other limits at its replica count (the same cost) are simulated too, and
+     among equal costs the configuration with the most room under the SLOs is the best;
+     the cheapest configuration of each of the ``KEEP`` cheapest replica types is then
+     simulated again with the kernel model's error drawn (``serve``'s intervals): its
+     intervals and the probability that the SLOs hold.
 Cost: GPUs x the price per GPU-hour (``rooflinesim/data/gpu_prices.yaml``, each figure with
 its source and date, or ``--prices``), and per million output tokens at the simulated
 output throughput. The work runs in a process pool (one worker per core), or on a Ray
@@ -409,6 +411,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
                              (x.max_num_batched_tokens, x.max_num_seqs) != defaults[x.candidate],
                              -x.max_num_batched_tokens, -x.max_num_seqs))
     found, met, groups = [], {}, set()  # met: type -> the cost of its cheapest configuration that meets the SLOs
+    others: dict = {}  # (type, replicas) that met the SLOs -> its other limits, left unsimulated
     queue = todo
     while queue:
         if len(met) >= KEEP and queue[0].cost_per_hour > sorted(met.values())[KEEP - 1]:
@@ -419,6 +422,8 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             if group in groups or (cfg.candidate in met and cfg.cost_per_hour > met[cfg.candidate]):
                 settled["not needed"] += 1  # (other limits of its type and replicas, or fewer replicas, meet the SLOs)
                 tick(1)
+                if group in groups:
+                    others.setdefault(group, []).append(cfg)
             elif len(wave) < WAVE and group not in taken:
                 wave.append(cfg)
                 taken.add(group)
@@ -445,8 +450,17 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
                                         f"SLOs (up to ${top:,.2f}/hour)"))
     profiles = {c: b.get("profile", "") for c, b in zip(cands, bounds)}
     slos = job["slos"]
-    found.sort(key=lambda r: (r["config"].cost_per_hour, max(r["metrics"][k] / v for k, v in slos.items()),
-                              -r["metrics"]["output_throughput"]))
+    order = lambda r: (r["config"].cost_per_hour, max(r["metrics"][k] / v for k, v in slos.items()),  # noqa: E731
+                       -r["metrics"]["output_throughput"])
+    found.sort(key=order)
+    if found:  # (the best's other limits at its replicas, at the same cost: the one with the most room is reported)
+        tune = others.get((found[0]["config"].candidate, found[0]["config"].replicas), [])
+        for r in workers.map(_simulate, [(cfg, job, 0) for cfg in tune]):
+            if "rejected" not in r:
+                found.append(r)
+        settled["not needed"] -= len(tune)
+        settled["simulated"] += len(tune)
+        found.sort(key=order)
     # the best, then each other replica type's cheapest (the least loaded against the SLOs among equals)
     picked, seen = [], set()
     for r in found:
