@@ -27,9 +27,9 @@ dtypes) x the engine's limits (``max_num_batched_tokens`` x ``max_num_seqs``) x 
      meet the SLOs and no configuration left is as cheap as the ``KEEP``-th of them: every
      cheaper configuration is then settled, and the rest are "not needed" (as are a type's
      configurations costlier than one of its own that meets the SLOs);
-  4. the best's other limits at its replica count (the same cost) are simulated too, and
-     among equal costs the configuration with the most room under the SLOs is the best;
-     the cheapest configuration of each of the ``KEEP`` cheapest replica types is then
+  4. for each of the ``KEEP`` cheapest replica types, its other limits at the replica count
+     of its cheapest configuration (the same cost) are simulated too, and among equal costs
+     the configuration with the most room under the SLOs is reported; each is then
      simulated again with the kernel model's error drawn (``serve``'s intervals): its
      intervals and the probability that the SLOs hold.
 Cost: GPUs x the price per GPU-hour (``rooflinesim/data/gpu_prices.yaml``, each figure with
@@ -453,21 +453,24 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     order = lambda r: (r["config"].cost_per_hour, max(r["metrics"][k] / v for k, v in slos.items()),  # noqa: E731
                        -r["metrics"]["output_throughput"])
     found.sort(key=order)
-    if found:  # (the best's other limits at its replicas, at the same cost: the one with the most room is reported)
-        tune = others.get((found[0]["config"].candidate, found[0]["config"].replicas), [])
-        for r in workers.map(_simulate, [(cfg, job, 0) for cfg in tune]):
-            if "rejected" not in r:
-                found.append(r)
-        settled["not needed"] -= len(tune)
-        settled["simulated"] += len(tune)
-        found.sort(key=order)
-    # the best, then each other replica type's cheapest (the least loaded against the SLOs among equals)
-    picked, seen = [], set()
-    for r in found:
-        if r["config"].candidate not in seen:
-            seen.add(r["config"].candidate)
-            picked.append(r)
-    picked = picked[:KEEP]
+
+    def firsts() -> list:  # the best, then each other replica type's cheapest (the most room among equals)
+        out, seen = [], set()
+        for r in found:
+            if r["config"].candidate not in seen:
+                seen.add(r["config"].candidate)
+                out.append(r)
+        return out[:KEEP]
+
+    # (their other limits at the same replicas and cost, left unsimulated: run too, so that each
+    # type is reported at the limits with the most room under the SLOs)
+    tune = [cfg for r in firsts() for cfg in others.get((r["config"].candidate, r["config"].replicas), [])]
+    found += [r for r in workers.map(_simulate, [(cfg, job, 0) for cfg in tune]) if "rejected" not in r]
+    settled["not needed"] -= len(tune)
+    settled["simulated"] += len(tune)
+    found.sort(key=order)
+    picked = firsts()
+    seen = {r["config"].candidate for r in found}
     if samples:  # (step 4: the intervals and the probability that the SLOs hold, of those picked)
         picked = workers.map(_simulate, [(r["config"], job, samples) for r in picked])
     rows = {r["config"]: _row(r["config"], r, prices, profiles[r["config"].candidate]) for r in found}
