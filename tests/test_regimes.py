@@ -304,3 +304,26 @@ def test_fp32_gemms_run_cuda_core_tiles_whatever_their_strides():
         assert t.losses["tile_m"] in (32, 64, 128, 256)
     assert "tile_m" not in predict(Gemm(m=8, n=4096, k=2048, dtype="fp32"), H200, simt).losses
     assert "tile_m" not in predict(Gemm(m=2048, n=4096, k=2048, dtype="tf32"), H200, simt).losses
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
+def test_tiled_gemms_of_any_shape_and_size_price_each_point_as_alone(dtype, monkeypatch):
+    """The tiled regimes' search over configurations (misaligned strides, fp32 on the CUDA
+    cores) runs on arrays of any shape, and in chunks for many points: each point gets
+    what it gets priced alone."""
+    import rooflinesim.rules.gemm as rules
+
+    rng = np.random.default_rng(11)
+    m, n = rng.integers(1, 9000, 60), rng.integers(1, 20000, 50)  # (odd widths: the tiled regimes)
+    grid = predict(Gemm(m=m[:, None], n=n[None, :], k=3001, dtype=dtype), H200, PROFILE)
+    flat = predict(Gemm(m=np.repeat(m, n.size), n=np.tile(n, m.size), k=3001, dtype=dtype), H200, PROFILE)
+    assert grid.latency_s.shape == (60, 50)
+    assert np.array_equal(grid.latency_s.ravel(), flat.latency_s)
+    assert np.array_equal(np.asarray(grid.bound).ravel(), np.asarray(flat.bound))
+    monkeypatch.setattr(rules, "TILED_CHUNK", 128)  # (the chunked search: the same choice per point)
+    chunked = predict(Gemm(m=np.repeat(m, n.size), n=np.tile(n, m.size), k=3001, dtype=dtype), H200, PROFILE)
+    assert np.array_equal(chunked.latency_s, flat.latency_s)
+    for i in rng.integers(0, flat.latency_s.size, 5):
+        alone = predict(Gemm(m=int(np.repeat(m, n.size)[i]), n=int(np.tile(n, m.size)[i]), k=3001, dtype=dtype),
+                        H200, PROFILE)
+        assert float(alone.latency_s) == pytest.approx(float(flat.latency_s[i]), rel=1e-6)

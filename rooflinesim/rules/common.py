@@ -123,15 +123,18 @@ def _scatter(shape, parts) -> Timing:
     """One timing over ``shape`` from timings of the points each mask selects."""
     from dataclasses import replace
 
+    at = [np.flatnonzero(m) for m, _ in parts]  # (each part's points, found once for every field)
+    size = int(np.prod(shape))
+
     def merge(values):
         if isinstance(values[0], dict):
             keys = {k for v in values for k in v}
             return {k: merge([v.get(k, 0.0) for v in values]) for k in keys}
         kind = object if any(asarray(v).dtype.kind in "OUS" for v in values) else float
-        out = np.empty(shape, dtype=kind)
-        for (m, _), v in zip(parts, values):
-            out[m] = v
-        return out
+        out = np.empty(size, dtype=kind)
+        for i, v in zip(at, values):
+            out[i] = v
+        return out.reshape(shape)
 
     first = parts[0][1]
     return replace(first, **{f: merge([getattr(t, f) for _, t in parts]) for f in PER_POINT})

@@ -45,6 +45,7 @@ TILED_TILES = {"simt_tiled": ((32, 32), (64, 64), (128, 64), (128, 128), (256, 6
 
 
 TILED_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # k splits (2 or more: a reduction kernel follows)
+TILED_CHUNK = 8192  # points whose configurations are priced at once (larger arrays: in chunks)
 
 
 # formats with no fitted parameters of their own take those of the nearest measured one:
@@ -294,17 +295,28 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
         hbm_bytes = hbm_bytes + np.where(split, 8.0 * s * batch * m * n, 0.0)  # fp32 partials out and back
         return compute, hbm_bytes, np.where(split, 2.0, 1.0), np.where(split, p.split_k_s, 0.0)
 
-    # configurations along two trailing axes, [*shape, tile, split]
-    f32, point = np.float32, (Ellipsis, None, None)
-    compute, hbm_bytes, kernels, extra = price(
-        tiles_mn[:, 0].astype(f32)[:, None], tiles_mn[:, 1].astype(f32)[:, None], splits.astype(f32),
-        *(x.astype(f32)[point] for x in (m, n, k)), asarray(op.batch, dtype=f32)[point],
-        asarray(work.hbm_bytes, dtype=f32)[point])
-    # (each a call of its own where the pricing is recorded: the pruning and the choice
-    # follow the numbers; see rooflinesim.trace)
-    latency = record(_fastest_latency, kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
-    best = np.argmin(latency.reshape(*latency.shape[:-2], -1), axis=-1)
-    tm, tn = record(operator.getitem, tiles_mn, best // len(splits)).T
+    def fastest(m, n, k, batch, hbm_bytes):
+        """Per point, the index of the fastest configuration (tile x split, flattened)."""
+        f32, point = np.float32, (Ellipsis, None, None)  # (configurations along two trailing axes)
+        compute, hbm_bytes, kernels, extra = price(
+            tiles_mn[:, 0].astype(f32)[:, None], tiles_mn[:, 1].astype(f32)[:, None], splits.astype(f32),
+            *(asarray(x, dtype=f32)[point] for x in (m, n, k, batch, hbm_bytes)))
+        # (each a call of its own where the pricing is recorded: the pruning and the choice
+        # follow the numbers; see rooflinesim.trace)
+        latency = record(_fastest_latency, kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
+        return np.argmin(latency.reshape(*latency.shape[:-2], -1), axis=-1)
+
+    sizes = (m, n, k, op.batch, work.hbm_bytes)
+    if type(m) is np.ndarray and m.size > TILED_CHUNK:  # (the choice is per point: chunks keep the
+        # configurations' arrays, points x tiles x splits, in the caches)
+        shape = np.broadcast_shapes(*(np.shape(x) for x in sizes))
+        flat = [np.ravel(np.broadcast_to(x, shape)) for x in sizes]
+        best = np.concatenate([fastest(*(x[i:i + TILED_CHUNK] for x in flat))
+                               for i in range(0, flat[0].size, TILED_CHUNK)]).reshape(shape)
+    else:
+        best = fastest(*sizes)
+    tile = record(operator.getitem, tiles_mn, best // len(splits))
+    tm, tn = tile[..., 0], tile[..., 1]  # (best may have any shape)
     s = record(operator.getitem, splits, best % len(splits))
     compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
