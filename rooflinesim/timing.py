@@ -5,6 +5,7 @@ itself is in :mod:`.pricing`; :func:`rooflinesim.predict.predict` hands an op to
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -71,6 +72,8 @@ def corner(terms, p):
     if p is None:
         return top
     if _all_positive(top):  # no zero times to guard
+        if type(top) is np.ndarray and top.size >= SELECTIVE_POINTS:
+            return _selective_corner(terms, top, p)
         return top * _power_sum(terms, top, p) ** (1.0 / p)
     positive = top > 0
     safe = np.where(positive, top, 1.0)
@@ -82,6 +85,28 @@ def _scalar_corner(vals: list[float], p):
     if p is None or top <= 0:
         return top
     return top * sum((v / top) ** p for v in vals) ** (1.0 / p)
+
+
+SELECTIVE_POINTS = 1024  # points of a corner from which only those near one pay for its powers
+
+
+def _selective_corner(terms, top, p):
+    """``top * _power_sum(terms, top, p) ** (1 / p)``, the powers taken only at the points
+    where a term besides the largest is above 2^-(54 + log2 terms) of it to the p-th power:
+    elsewhere those terms' powers add up to less than half a unit in the last place of 1,
+    so the power sum is 1 to the bit and the corner is ``top``, as the full formula has it."""
+    floor = top * np.exp2(-(54.0 + math.log2(len(terms))) / p)  # (p per point, where it is; inf: 1)
+    above = np.zeros(top.shape, dtype=np.int8)
+    for t in terms:
+        above += t > floor  # (the largest term counts once where p is finite)
+    at = np.nonzero(above >= 2)
+    out = top.astype(np.result_type(top, p, *terms))  # (a copy, in the full formula's type)
+    if at[0].size:
+        # (numbers stay numbers: a plain float keeps float32 terms in float32, as in the full formula)
+        pick = lambda x: x if np.ndim(x) == 0 else np.broadcast_to(x, top.shape)[at]  # noqa: E731
+        sub, q = top[at], pick(p)
+        out[at] = sub * _power_sum([pick(t) for t in terms], sub, q) ** (1.0 / q)
+    return out
 
 
 def _power_sum(terms, scale, p):

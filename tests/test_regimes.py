@@ -327,3 +327,23 @@ def test_tiled_gemms_of_any_shape_and_size_price_each_point_as_alone(dtype, monk
         alone = predict(Gemm(m=int(np.repeat(m, n.size)[i]), n=int(np.tile(n, m.size)[i]), k=3001, dtype=dtype),
                         H200, PROFILE)
         assert float(alone.latency_s) == pytest.approx(float(flat.latency_s[i]), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_large_corner_pays_its_powers_only_where_they_count_and_gives_the_same_bits(dtype):
+    """Past SELECTIVE_POINTS the p-norm corner takes its powers only where a second term
+    comes close enough to the largest to move it; everywhere it equals the full formula to
+    the bit (ties, a term far below, p per point with a hard max among them, float32 terms)."""
+    from rooflinesim import timing
+
+    rng = np.random.default_rng(2)
+    n = 3 * timing.SELECTIVE_POINTS
+    a = rng.uniform(1e-6, 1e-3, n).astype(dtype)
+    b = (a * rng.choice([1e-9, 0.01, 0.3, 0.7, 1.0, 1.3, 40.0], n)).astype(dtype)
+    c = np.asarray(a * 1e-12, dtype=dtype)
+    for p in (29.96, 3.0, 1.5, np.where(rng.uniform(size=n) < 0.2, np.inf, rng.uniform(1.2, 40, n))):
+        terms = [a, b, c, 2e-7]
+        top = np.maximum(np.maximum(np.maximum(a, b), c), 2e-7)
+        full = top * timing._power_sum(terms, top, p) ** (1.0 / p)
+        got = timing.corner(terms, p)
+        assert got.dtype == full.dtype and np.array_equal(got, full)
