@@ -398,7 +398,8 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
         for lim in b["limits"]:
             if "rejected" in lim:
                 settled[lim["rejected"] if lim["rejected"] == "does not fit" else "bound"] += most
-                verdicts[c].append(("bound", math.inf, lim["rejected"], _limits_text(lim) + lim["reason"]))
+                verdicts[c].append(("bound", math.inf, lim["rejected"],
+                                    _limits_text(lim["tokens"], lim["seqs"]) + lim["reason"]))
                 continue
             settled["bound"] += lim["replicas"] - 1  # (too few replicas for the rate)
             for r in range(lim["replicas"], most + 1):
@@ -434,7 +435,8 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             settled["simulated"] += 1
             cfg = r["config"]
             if "rejected" in r:
-                verdicts[cfg.candidate].append(("run", cfg.cost_per_hour, r["rejected"], _config_text(cfg) + r["reason"]))
+                verdicts[cfg.candidate].append(("run", cfg.cost_per_hour, r["rejected"], _limits_text(
+                    cfg.max_num_batched_tokens, cfg.max_num_seqs) + r["reason"]))
             else:
                 found.append(r)
                 groups.add((cfg.candidate, cfg.replicas))
@@ -473,9 +475,10 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     seen = {r["config"].candidate for r in found}
     if samples:  # (step 4: the intervals and the probability that the SLOs hold, of those picked)
         picked = workers.map(_simulate, [(r["config"], job, samples) for r in picked])
-    rows = {r["config"]: _row(r["config"], r, prices, profiles[r["config"].candidate]) for r in found}
-    rows.update({r["config"]: _row(r["config"], r, prices, profiles[r["config"].candidate]) for r in picked})
-    feasible = [rows[r["config"]] for r in found]
+    drawn = {r["config"]: r for r in picked}  # (with their intervals, where drawn)
+    rows = {r["config"]: _row(r["config"], drawn.get(r["config"], r), prices, profiles[r["config"].candidate])
+            for r in found}
+    feasible = list(rows.values())
     front, best_latency = [], math.inf
     key = next(iter(slos))
     for r in feasible:  # (cost ascending: a point joins the front when it lowers the latency)
@@ -504,20 +507,16 @@ def _verdict(found: list) -> dict:
     left = [v for v in found if v[0] == "left"]
     runs = [v for v in found if v[0] == "run"]
     if left:
-        how, cost, verdict, reason = min(left, key=lambda v: v[1])
+        v = min(left, key=lambda v: v[1])
     elif runs:
-        how, cost, verdict, reason = max(runs, key=lambda v: v[1])
+        v = max(runs, key=lambda v: v[1])
     else:
-        how, cost, verdict, reason = min(found, key=lambda v: v[2] == "does not fit")
-    return {"rejected": verdict, "reason": reason}
+        v = min(found, key=lambda v: v[2] == "does not fit")
+    return {"rejected": v[2], "reason": v[3]}
 
 
-def _limits_text(lim: dict) -> str:
-    return f"max_num_batched_tokens {lim['tokens']}, max_num_seqs {lim['seqs']}: "
-
-
-def _config_text(cfg: Config) -> str:
-    return f"max_num_batched_tokens {cfg.max_num_batched_tokens}, max_num_seqs {cfg.max_num_seqs}: "
+def _limits_text(tokens: int, seqs: int) -> str:
+    return f"max_num_batched_tokens {tokens}, max_num_seqs {seqs}: "
 
 
 def _row(cfg: Config, r: dict, prices: dict, profile: str) -> dict:
