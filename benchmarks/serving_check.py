@@ -1,15 +1,22 @@
 """`rooflinesim serve` against published serving benchmarks (benchmarks/data/published_serving.yaml).
 
-    python benchmarks/serving_check.py [--samples 10] [--points]
+    python benchmarks/serving_check.py [--samples 10] [--points] [--write-residuals]
 
 Every point of the file whose workload can be re-created is simulated: the random dataset
 (with the semantics of the client that printed it: SGLang's bench_serving draws each length
 uniformly from [range_ratio x L, L]), its rate and number of prompts, the engine (vllm or
 sglang, at the defaults the source left in place), model, GPU, tensor parallelism and
-weights. ShareGPT points are skipped (no ShareGPT length distribution ships), and so are
-points on GPUs with no spec here. Prints, per metric, the median absolute error and how
-many of the published values the interval (the middle 90% of --samples draws of the
-kernel model's error) covered; --points lists every point.
+weights, and the KV-cache tokens and block size the server's own log states (``logged``;
+where it states none, the memory planner's). ShareGPT points are skipped (no ShareGPT
+length distribution ships), and so are points on GPUs with no spec here.
+
+Prints, per metric, the median absolute error and how many published values two intervals
+covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
+the whole one serve reports, that interval widened by the serving residual (see
+rooflinesim/serve/residual.py) as measured on the other sources only: each source (a
+repository and engine) is held out in turn, so that no point is covered by a spread it
+helped to measure. --points lists every point; --write-residuals stores every point's log
+errors in rooflinesim/data/serving_residuals.yaml, the residual serve ships.
 """
 
 from __future__ import annotations
@@ -58,18 +65,62 @@ def simulate(point: dict, samples: int):
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     reqs = Requests(arrivals(n, rate, 1.0, rng), inputs, outputs)
     d = Deployment(tp=int(point["tp"]), weights=point["weights"])
+    logged = point.get("logged") or {}
     return serve(load_config(MODELS[point["model"]]), spec, resolve_profile(spec, None), d, reqs,
-                 engine=point["engine"], interval_samples=samples, seed=SEED)
+                 engine=point["engine"], interval_samples=samples, seed=SEED,
+                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"))
+
+
+def planned_kv_tokens(point: dict) -> int:
+    """The KV-cache tokens our memory planner gives the point's deployment (vLLM's budget)."""
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.serve.simulate import engine_limits, kv_cache_tokens
+
+    spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
+    v = engine_limits("vllm", model, spec)
+    return kv_cache_tokens(model, spec, Deployment(tp=int(point["tp"]), weights=point["weights"]), block_size=16,
+                           gpu_memory_utilization=0.9, max_num_batched_tokens=v["max_num_batched_tokens"],
+                           max_num_seqs=v["max_num_seqs"])
+
+
+EXTRA = {"mean_e2e_latency_ms": "mean_e2el_ms", "median_e2e_latency_ms": "median_e2el_ms"}  # (SGLang's names)
+
+
+def source_of(point: dict) -> str:
+    """A point's source for holding out: its repository and engine."""
+    parts = point["source"].split("/")
+    return f"{parts[3]}/{parts[4]} {point['engine']}"
+
+
+def write_residuals(rows: list, points: int) -> Path:
+    out = Path(__file__).resolve().parent.parent / "rooflinesim" / "data" / "serving_residuals.yaml"
+    engines = sorted({r["source"].split()[-1] for r in rows})
+    head = (
+        "# How far `rooflinesim serve` has landed from published serving benchmarks: log(published / simulated)\n"
+        "# per point and metric, written by `python benchmarks/serving_check.py --write-residuals` (do not edit:\n"
+        "# run it again). rooflinesim/serve/residual.py reads a sigma per group of metrics from these rows and\n"
+        "# widens serve's intervals by it.\n")
+    body = {"source": f"benchmarks/data/published_serving.yaml: {points} points re-created by "
+                      f"benchmarks/serving_check.py (their sources and engine versions are listed there)",
+            "engines_measured": engines,
+            "residuals": [{"point": r["point"], "source": r["source"], "metric": r["metric"],
+                           "log_error": round(r["log_error"], 6)} for r in rows]}
+    out.write_text(head + yaml.safe_dump(body, sort_keys=False, width=120))
+    return out
 
 
 def main() -> None:
+    from rooflinesim.serve.residual import sigmas_of, widen
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--points", action="store_true")
+    ap.add_argument("--write-residuals", action="store_true")
     args = ap.parse_args()
     points = yaml.safe_load(DATA.read_text())["points"]
-    errors, covered, skipped = defaultdict(list), defaultdict(list), defaultdict(int)
-    rows = []
+    skipped, rows, memory = defaultdict(int), [], []
     for p in points:
         if p["dataset"]["name"] != "random":
             skipped["ShareGPT workload"] += 1
@@ -78,27 +129,51 @@ def main() -> None:
             skipped["GPU or model not here"] += 1
             continue
         r = simulate(p, args.samples)
-        for key, published in p["metrics"].items():
+        if (p.get("logged") or {}).get("kv_cache_tokens"):
+            memory.append((p["id"], p["engine"], p["logged"]["kv_cache_tokens"], planned_kv_tokens(p)))
+        published = {**p["metrics"], **{EXTRA[k]: v for k, v in (p.get("extra_metrics") or {}).items() if k in EXTRA}}
+        for key, value in published.items():
             if key not in r.metrics:
                 continue
             ours = r.metrics[key]
-            err = ours / published - 1
-            errors[key].append(err)
-            lo, hi = (r.interval or {}).get(key, (ours, ours))
-            covered[key].append(lo <= published <= hi)
-            rows.append((p["id"], key, published, ours, err, lo, hi))
+            rows.append({"point": p["id"], "source": source_of(p), "metric": key, "published": value,
+                         "simulated": ours, "log_error": math.log(value / ours),
+                         "kernel": (r.interval_kernel or {}).get(key, (ours, ours))})
+    # each source held out in turn: its intervals widened by the spread of the others' errors
+    for src in sorted({r["source"] for r in rows}):
+        sigmas = sigmas_of([r for r in rows if r["source"] != src])
+        for r in rows:
+            if r["source"] == src:
+                r["whole"] = widen({r["metric"]: r["simulated"]}, {r["metric"]: list(r["kernel"])}, sigmas)[r["metric"]]
+    inside = lambda iv, x: iv[0] <= x <= iv[1]  # noqa: E731
     if args.points:
-        print("| point | metric | published | simulated | error | interval |\n|---|---|---|---|---|---|")
-        for pid, key, pub, ours, err, lo, hi in rows:
-            print(f"| {pid} | {key} | {pub:.4g} | {ours:.4g} | {100 * err:+.1f}% | [{lo:.4g}, {hi:.4g}] |")
+        print("| point | metric | published | simulated | error | kernel interval | held-out interval |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            (klo, khi), (lo, hi) = r["kernel"], r["whole"]
+            print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
+                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | [{lo:.4g}, {hi:.4g}] |")
         print()
-    print("| metric | points | median abs. error | median signed error | inside the interval |")
-    print("|---|---|---|---|---|")
-    for key in sorted(errors):
-        e = np.array(errors[key])
+    print("| metric | points | median abs. error | median signed error | inside the kernel interval "
+          "| inside the held-out interval |")
+    print("|---|---|---|---|---|---|")
+    for key in sorted({r["metric"] for r in rows}):
+        mine = [r for r in rows if r["metric"] == key]
+        e = np.array([r["simulated"] / r["published"] - 1 for r in mine])
         print(f"| {key} | {e.size} | {100 * np.median(np.abs(e)):.1f}% | {100 * np.median(e):+.1f}% | "
-              f"{sum(covered[key])} of {len(covered[key])} |")
+              f"{sum(inside(r['kernel'], r['published']) for r in mine)} of {len(mine)} | "
+              f"{sum(inside(r['whole'], r['published']) for r in mine)} of {len(mine)} |")
+    n_in = sum(inside(r["whole"], r["published"]) for r in rows)
+    print(f"\nall metrics: {n_in} of {len(rows)} inside the held-out interval ({100 * n_in / len(rows):.0f}%; "
+          f"the interval's level is 90%); serving sigma over every source: "
+          + ", ".join(f"{g} {s:.2f}" for g, s in sigmas_of(rows).items()))
+    if memory:
+        print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine vllm`):")
+        for pid, engine, logged, ours in memory:
+            print(f"  {pid} ({engine}): logged {logged:,}, planned {ours:,} ({100 * (ours / logged - 1):+.1f}%)")
     print("\nskipped: " + ", ".join(f"{v} ({k})" for k, v in skipped.items()))
+    if args.write_residuals:
+        print(f"wrote {write_residuals(rows, len({r['point'] for r in rows}))}")
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         write_html(serve_figure(r, f"{cfg.name} on {d.gpus} x {spec.name}, {engine}"), plot)
     extra = {}
     if slos:
-        extra["slo"] = slo_report(r.metrics, slos, r.draws)
+        extra["slo"] = slo_report(r.metrics, slos, r.draws, r.serving_sigmas)
         extra["meets_slo"] = all(v["met"] for v in extra["slo"].values())
     if search:
         extra["max_rate_search"] = search
@@ -305,13 +305,19 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
         out += ["", f"highest rate that meets the SLOs: {'every request at once' if rate is None else f'{rate:.3g} req/s'} "
                     f"({len(extra['max_rate_search']['tried'])} runs)"]
     for key, row in extra.get("slo", {}).items():
-        share = f"; met in {100 * row['met_share_of_draws']:.0f}% of the draws" if "met_share_of_draws" in row else ""
+        share = "" if "met_share_of_draws" not in row else (
+            f"; met in {100 * row['met_share_of_draws']:.0f}% of the draws, probability "
+            f"{100 * row['met_probability']:.0f}% with serving's error")
         out.append(f"SLO {key.replace('_ms', '')} <= {row['limit']:.4g} ms: {row['value']:.4g} ms, "
                    f"{'met' if row['met'] else 'missed'}{share}")
     if r.samples:
         out += ["", f"[low, high]: the middle {100 * 0.9:.0f}% of {r.samples} simulations with the kernel model's "
                     f"cross-validated error drawn per family (sigma of log time: "
                     + ", ".join(f"{f} {s:.2f}" for f, s in sorted(r.sigmas.items())) + ")"]
+        if r.serving_sigmas:
+            out += ["  widened by how far serve has landed from published serving benchmarks (sigma of log "
+                    "error: " + ", ".join(f"{g} {s:.2f}" for g, s in sorted(r.serving_sigmas.items()))
+                    + "; see the README)"]
     else:
         out += ["", "no interval: " + ("--interval-samples 0" if "samples" not in head else
                                        "the profile holds no validation")]

@@ -209,6 +209,7 @@ def _simulate(args) -> dict:
     cfg, job, samples = args
     from dataclasses import replace
 
+    from .residual import met_probability
     from .simulate import serve
     from .traffic import requests_at
 
@@ -232,8 +233,7 @@ def _simulate(args) -> dict:
     if samples:
         draws = r.draws or []
         out["interval"] = {k: (r.interval or {}).get(k) for k in slos}
-        out["probability_meets_slo"] = (float(np.mean([all(m[k] <= v for k, v in slos.items()) for m in draws]))
-                                        if draws else None)
+        out["probability_meets_slo"] = met_probability(draws, slos, r.serving_sigmas or {}) if draws else None
     return out
 
 

@@ -11,7 +11,10 @@ sigma the larger of median |error| / 0.674 and p90 |error| / 1.645 (what a norma
 distribution of log errors would give); each of ``interval_samples`` simulations draws one
 factor per family (every kernel of a family shares it: errors within a family are taken
 as fully correlated, the cautious choice) and runs the same requests again; the interval
-of a metric holds the middle ``INTERVAL_LEVEL`` of its values over the draws.
+of a metric holds the middle ``INTERVAL_LEVEL`` of its values over the draws. For the
+served engines (vllm, sglang, trtllm) that interval is then widened by how far ``serve``
+has landed from published serving benchmarks, per group of metrics (``residual``): the
+JSON keeps both, ``interval`` (the whole) and ``interval_kernel_model``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..errors import UserError
 from ..models.deploy import Deployment
 from .engine import EngineParams, simulate
 from .metrics import Served, summary
+from .residual import APPLIES_TO, log_sigma, met_probability, shipped, widen
 from .steps import StepTimes
 from .traffic import Requests
 
@@ -91,8 +95,7 @@ def family_sigmas(profile) -> dict:
     for family, ops in FAMILY_OPS.items():
         found = [cv[o] for o in ops if o in cv and cv[o].get("n")]
         if found:
-            out[family] = max(max(math.log1p(s["median_ape"]) / 0.6745, math.log1p(s["p90_ape"]) / 1.645)
-                              for s in found)
+            out[family] = max(log_sigma(math.log1p(s["median_ape"]), math.log1p(s["p90_ape"])) for s in found)
     return out
 
 
@@ -103,16 +106,20 @@ class ServeResult:
     engine: EngineParams
     kv_tokens: int
     replicas: int
-    interval: dict | None = None  # metric -> [low, high] over the draws of the kernels' error
+    interval: dict | None = None  # metric -> [low, high]: the kernel draws', widened by serving's residual
     sigmas: dict | None = None  # the per-family spreads drawn from
     samples: int = 0
     draws: list | None = None  # each draw's metrics
+    interval_kernel: dict | None = None  # metric -> [low, high] over the draws of the kernels' error alone
+    serving_sigmas: dict | None = None  # per metric group: the published benchmarks' spread (none: not widened)
 
     def as_dict(self) -> dict:
         e = self.engine
         extra = {} if not self.samples else {
             "interval": self.interval, "interval_level": INTERVAL_LEVEL, "interval_samples": self.samples,
-            "interval_family_sigma": self.sigmas}
+            "interval_family_sigma": self.sigmas, "interval_kernel_model": self.interval_kernel,
+            "interval_serving_sigma": self.serving_sigmas or {},
+            "interval_serving_source": shipped()["source"] if self.serving_sigmas else None}
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
@@ -173,10 +180,18 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         factors = {f: float(np.exp(rng.normal(0.0, s))) for f, s in sorted(sigmas.items())}
         draws.append(summary(_replicas(engine, reqs, steps.scaled(factors), p, d.dp, concurrency, progress), slo_ms))
     lo, hi = 50 * (1 - INTERVAL_LEVEL), 50 * (1 + INTERVAL_LEVEL)
-    interval = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
-                for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
-                for v in [[m[k] for m in draws]]}
-    return ServeResult(metrics, served, p, kv_tokens, d.dp, interval, sigmas, int(interval_samples), draws)
+    kernel = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
+              for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
+              for v in [[m[k] for m in draws]]}
+    serving = serving_sigmas(engine)
+    return ServeResult(metrics, served, p, kv_tokens, d.dp, widen(metrics, kernel, serving), sigmas,
+                       int(interval_samples), draws, kernel, serving)
+
+
+def serving_sigmas(engine: str) -> dict:
+    """Per metric group, the spread of the published serving benchmarks about ``serve``'s
+    answers (``residual``), for an engine they stand for (none for static and hf)."""
+    return dict(shipped()["sigmas"]) if engine in APPLIES_TO else {}
 
 
 def _replicas(engine, reqs, steps, p, dp: int, concurrency, progress=None) -> Served:
@@ -224,14 +239,16 @@ def _merge(parts: list) -> Served:
                   cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps)
 
 
-def slo_report(metrics: dict, slos: dict, draws: list | None = None) -> dict:
+def slo_report(metrics: dict, slos: dict, draws: list | None = None, serving: dict | None = None) -> dict:
     """Each SLO (metric key -> limit, e.g. p99_ttft_ms: 2000) against the run's value, and
-    with interval draws the share of them that meet it too."""
+    with interval draws the share of them that meet it and the probability that it holds
+    (the draws with the serving residual's spread, ``serving``: group -> sigma)."""
     out = {}
     for key, limit in slos.items():
         row = {"limit": limit, "value": metrics[key], "met": metrics[key] <= limit}
         if draws:
             row["met_share_of_draws"] = float(np.mean([d[key] <= limit for d in draws]))
+            row["met_probability"] = met_probability(draws, {key: limit}, serving or {})
         out[key] = row
     return out
 
