@@ -53,18 +53,21 @@ class LogTable:
         self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in grids)
         self._axes = [a.tolist() for a in self.axes]  # (plain floats: a scalar lookup with bisect)
         self.log_z = np.log(z)
+        self._z = self.log_z.tolist()  # (nested lists: a lookup touches 2^d values, cheaper in plain floats)
 
     def __call__(self, *x: float) -> float:
-        cell, weights = [], []
+        corners, weights = [self._z], []
         for a, v in zip(self._axes, x):
             lv = math.log(v)
-            i = min(max(bisect.bisect_right(a, lv) - 1, 0), len(a) - 2)
-            cell.append(i)
-            weights.append(min(max((lv - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0))
-        block = self.log_z[tuple(slice(i, i + 2) for i in cell)]
-        for w in weights:  # (contract one axis at a time)
-            block = block[0] * (1 - w) + block[1] * w
-        return math.exp(block)
+            i = bisect.bisect_right(a, lv) - 1
+            i = 0 if i < 0 else len(a) - 2 if i > len(a) - 2 else i
+            w = (lv - a[i]) / (a[i + 1] - a[i])
+            weights.append(0.0 if w < 0.0 else 1.0 if w > 1.0 else w)
+            corners = [c for node in corners for c in (node[i], node[i + 1])]  # (the first axis varies slowest)
+        for w in weights:  # (contract one axis at a time, the first first)
+            h = len(corners) >> 1
+            corners = [corners[k] * (1 - w) + corners[h + k] * w for k in range(h)]
+        return math.exp(corners[0])
 
 
 class StepTimes:
