@@ -85,6 +85,25 @@ def test_cli_json(tmp_path, capsys):
     assert "cost_per_million_output_tokens" in out["best"] and out["best"]["price_source"] == "x"
 
 
+def test_pipeline_depths_are_searched_within_a_node():
+    from rooflinesim.models.config import load_config
+    from rooflinesim.serve.plan import candidates
+
+    model = load_config("llama-3-70b")
+    cands, _ = candidates(model, ["h100-sxm"], ["bf16"], ["bf16"], 32, (1, 2, 4))
+    assert {(c.tp, c.pp) for c in cands} == {(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4)}
+    assert all(c.gpus <= 8 for c in cands)  # (stages in one node: links between nodes are not modelled)
+    assert {(c.tp, c.pp) for c in candidates(model, ["h100-sxm"], ["bf16"], ["bf16"], 32)[0]} == {
+        (1, 1), (2, 1), (4, 1), (8, 1)}
+    out = plan("llama-3-70b", rate=1.0, slos={"p99_tpot_ms": 200.0}, workload={**WORKLOAD, "num_prompts": 30},
+               gpus=["h100-sxm"], weights=["bf16"], kv_dtypes=["bf16"], max_gpus=4, prices=PRICES, samples=0,
+               jobs=1, pp=[1, 2])
+    assert out["best"] is not None and {r["pp"] for r in out["feasible"]} == {1, 2}
+    with pytest.raises(UserError, match="pipeline"):
+        plan("llama-3-70b", rate=1.0, slos={"p99_tpot_ms": 200.0}, workload=WORKLOAD, gpus=["h100-sxm"],
+             weights=["bf16"], kv_dtypes=["bf16"], max_gpus=4, prices=PRICES, engine="sglang", pp=[2])
+
+
 def test_moe_models_are_planned_with_and_without_expert_parallelism():
     from rooflinesim.models.config import load_config
     from rooflinesim.serve.plan import candidates
@@ -104,23 +123,24 @@ def test_progress_counts_every_configuration_of_the_space_once():
     assert sum(out["settled"].values()) == out["configurations"] and out["settled"]["simulated"] >= 1
 
 
-def _bound_of(model, gpu, tp, workload, engine="vllm", rate=1.0):
+def _bound_of(model, gpu, tp, workload, engine="vllm", rate=1.0, pp=1):
     from rooflinesim.serve.plan import Candidate, _bounds
 
     job = {"model": model, "rate": rate, "slos": {"p99_ttft_ms": 1e12, "p99_tpot_ms": 1e12, "p99_e2el_ms": 1e12},
            "workload": workload, "max_gpus": 1024, "engine": engine, "gpu_memory_utilization": 0.9,
            "max_num_batched_tokens": [], "max_num_seqs": []}
-    c = Candidate(gpu, tp, "bf16", "bf16")
+    c = Candidate(gpu, tp, "bf16", "bf16", 1, pp)
     return c, job, _bounds((c, job))
 
 
-@pytest.mark.parametrize("engine,model,gpu,tp,lengths", [
-    ("vllm", "llama-3.1-8b", "h100-sxm", 1, (1024, 128)),
-    ("vllm", "llama-3-70b", "h200-sxm", 2, (256, 512)),
-    ("sglang", "llama-3.1-8b", "a100-sxm4-80gb", 1, (3000, 64)),
-    ("trtllm", "mixtral-8x7b", "h200-sxm", 2, (512, 256)),
+@pytest.mark.parametrize("engine,model,gpu,tp,pp,lengths", [
+    ("vllm", "llama-3.1-8b", "h100-sxm", 1, 1, (1024, 128)),
+    ("vllm", "llama-3-70b", "h200-sxm", 2, 1, (256, 512)),
+    ("vllm", "llama-3-70b", "h100-sxm", 2, 2, (1024, 256)),
+    ("sglang", "llama-3.1-8b", "a100-sxm4-80gb", 1, 1, (3000, 64)),
+    ("trtllm", "mixtral-8x7b", "h200-sxm", 2, 1, (512, 256)),
 ])
-def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp, lengths):
+def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp, pp, lengths):
     """Step 2 may prune only what a run would fail: its lower bounds stay under the simulated
     P99s (at a low rate, where they are tightest, and saturated), and its ceiling over the
     simulated saturated throughput, at every pair of limits it searches."""
@@ -131,7 +151,7 @@ def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp,
 
     w = {"dataset": "random", "input_len": lengths[0], "output_len": lengths[1], "range_ratio": 0.5,
          "burstiness": 1.0, "num_prompts": 40, "seed": 3}
-    c, job, b = _bound_of(model, gpu, tp, w, engine)
+    c, job, b = _bound_of(model, gpu, tp, w, engine, pp=pp)
     assert b["error"] is None
     checked = 0
     for lim in b["limits"]:

@@ -227,7 +227,7 @@ def test_cli_json_has_the_benchmark_clients_names():
     (["--goodput", "ttft"], "expected KEY:MS"),
     (["--goodput", "ttft:-1"], "above 0"),
     (["--goodput", "latency:3"], "expected KEY:MS"),
-    (["--pp", "2"], "pipeline"),
+    (["--pp", "2", "--engine", "sglang"], "pipeline"),
     (["--range-ratio", "1"], "range-ratio"),
     (["--trace", "/nonexistent/trace.csv"], "trace"),
     (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], "at least --max-num-seqs"),
@@ -244,7 +244,7 @@ def test_cli_bad_input_is_one_sentence_and_exit_2(args, says):
 def test_cli_bad_input_messages(capsys):
     from rooflinesim.cli.main import main
 
-    for args, says in ((["--rate", "0"], "rate above 0"), (["--pp", "2"], "pipeline")):
+    for args, says in ((["--rate", "0"], "rate above 0"), (["--pp", "2", "--engine", "trtllm"], "pipeline")):
         with pytest.raises(SystemExit):
             main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *args])
         err = capsys.readouterr().err

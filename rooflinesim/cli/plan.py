@@ -20,12 +20,15 @@ MAX_RATE = 1e6
 @click.option("--gpu", "gpus", multiple=True,
               help="Candidate GPU (repeatable; default: every bundled GPU that has a price).")
 @click.option("--max-gpus", type=Size(max=MAX_COUNT), default=8, show_default=True,
-              help="Most GPUs the whole deployment may use (replicas x tensor parallelism).")
+              help="Most GPUs the whole deployment may use (replicas x tensor x pipeline parallelism).")
 @click.option("--weights", "weights", multiple=True, type=click.Choice(["bf16", "fp8"]),
               help="Allowed weight dtypes (repeatable; default: bf16 and fp8).")
 @click.option("--kv-dtype", "kv_dtypes", multiple=True, type=click.Choice(["bf16", "fp8"]),
               help="Allowed KV-cache dtypes (repeatable; default: bf16).")
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm", show_default=True)
+@click.option("--pp", "pps", multiple=True, type=Size(max=64),
+              help="Pipeline stages to search (repeatable; default: 1). Each TP comes at each depth whose GPUs "
+                   "stay in one node (links between nodes are not modelled); --engine vllm.")
 @click.option("--max-num-batched-tokens", "tokens_options", multiple=True, type=Size(max=MAX_LEN),
               help="Token budgets of a step to search (repeatable; default: the engine's default for the GPU, "
                    "2048 and 16384).")
@@ -59,7 +62,7 @@ MAX_RATE = 1e6
                    "with no interval).")
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
-         tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
+         pps, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
          num_prompts, seed, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
          include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
@@ -109,7 +112,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
-                  progress=tick, on_start=begin)
+                  pp=list(pps) or None, progress=tick, on_start=begin)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)
@@ -124,7 +127,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
 
 
 def _name(r) -> str:
-    return f"{r['gpu']} x {r['tp']}" + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else "")
+    return (f"{r['gpu']} x {r['tp']}" + (f" PP {r['pp']}" if r.get("pp", 1) > 1 else "")
+            + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""))
 
 
 def _row(r) -> tuple:

@@ -111,12 +111,13 @@ class PhaseResult:
                  "time_s": time_s[r], "bound": bound[r], "share": time_s[r] / total}
                 for r in sorted(range(len(names)), key=lambda r: -time_s[r])]
 
-    def row_times(self) -> tuple[tuple, np.ndarray]:
+    def row_times(self, stage: int | None = None) -> tuple[tuple, np.ndarray]:
         """(the kernel names, per name and point: its time in one forward pass, every
-        run on every stage added)."""
+        run on every stage added; with ``stage``, its runs on that stage only)."""
         layout = self.priced.layout
+        counts = self.counts if stage is None else layout.mult[:, stage]
         out = np.zeros((len(layout.names), self.phase.n))
-        np.add.at(out, layout.row_of, self.counts[:, None] * self.latency_s)
+        np.add.at(out, layout.row_of, counts[:, None] * self.latency_s)
         return layout.names, out
 
     def row_families(self) -> tuple:

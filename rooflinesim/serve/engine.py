@@ -75,6 +75,7 @@ class EngineParams:
     kv_blocks: int  # the KV cache, in blocks of one replica
     step_overhead_s: float  # host time per step not hidden under the GPU's
     max_prefill_tokens: int = 16384  # sglang: prompt tokens of one prefill batch (its first request may pass it)
+    stages: int = 1  # pipeline stages of a replica (vllm: as many batches in flight)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -93,6 +94,11 @@ def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: i
     cls = {"vllm": _VllmV1, "static": _Static, "hf": _Static, "sglang": _SGLang, "trtllm": _TrtLlm}.get(engine)
     if cls is None:
         raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static, hf")
+    if p.stages > 1:
+        if engine not in ("vllm", "static"):
+            raise UserError(f"serve simulates pipeline parallelism (--pp above 1) for --engine vllm and static; "
+                            f"{engine}'s pipeline scheduling is not modelled yet")
+        cls = _VllmV1Pipeline if engine == "vllm" else cls
     sim = cls(reqs, steps, p, concurrency)
     sim.progress = progress
     return sim.run()
@@ -276,6 +282,9 @@ class _VllmV1(_Sim):
                 free = p.kv_blocks - int(_sum(run.held))
         return self.served()
 
+    def preempted(self, i: int) -> None:
+        """Request ``i`` was preempted (a hook: nothing to do when one batch runs at a time)."""
+
     def _finish(self, run: _Running, tokens, gen) -> int:
         """Requests that have all their output leave (their blocks freed); how many."""
         ended = run.generated >= run.output
@@ -356,6 +365,7 @@ class _VllmV1(_Sim):
             v = run.size - 1
             victim = int(run.id[v])
             self.preemptions += 1
+            self.preempted(victim)
             free += int(run.held[v])
             tokens[victim], gen[victim] = run.tokens[v], run.generated[v]
             self.last_token[victim] = run.last[v]
@@ -365,6 +375,122 @@ class _VllmV1(_Sim):
             give, need = give[:v], need[:v]
             if first == v:  # (the unmet request was the last: preempted itself)
                 return give, need, free
+
+
+class _VllmV1Pipeline(_VllmV1):
+    """vLLM v1 on ``stages`` pipeline stages (``EngineCore.step_with_batch_queue``, its batch
+    queue as deep as the stages): while fewer than ``stages`` batches are in flight and some
+    request has tokens to compute, the scheduler forms the next batch at once (as ``_VllmV1``
+    does, a request's tokens counted computed when scheduled, so a decode waits for its
+    batch's token before it is scheduled again, while a long prompt's next chunk may follow
+    in the next batch); otherwise the engine waits for the oldest batch and takes its
+    sampled tokens. A batch passes the stages in order, each stage taking its part of the
+    step (``StepTimes.stage_s_of``) once it is free of the batch before. A request
+    preempted while in flight drops the token its batch brings back."""
+
+    def run(self) -> Served:
+        p, bs = self.p, self.p.block_size
+        n = len(self.arrival)
+        tokens = self.prompt.copy()
+        gen = np.zeros(n, dtype=np.int64)
+        self.epoch = np.zeros(n, dtype=np.int64)  # (preemptions of each request so far)
+        free = p.kv_blocks
+        waiting: deque = deque()
+        run = _Running()
+        inflight: deque = deque()  # (when the batch leaves the last stage, its samplers' ids and epochs)
+        stage_free = [0.0] * p.stages
+        done = 0
+        while done < n:
+            self.send_due(waiting)
+            if not waiting and run.size == 0 and not inflight:
+                self.now = self.due()
+                continue
+            launched = False
+            if len(inflight) < p.stages and (waiting or run.size):
+                launched, free = self._launch(run, waiting, tokens, gen, free, inflight, stage_free)
+            if launched:
+                continue
+            if not inflight:
+                raise UserError("the engine stalled: no request fits in the KV cache")
+            end, ids, epochs = inflight.popleft()
+            self.now = max(self.now, end)
+            if ids.size:
+                done += self._sampled(run, ids[self.epoch[ids] == epochs], tokens, gen)
+                free = p.kv_blocks - int(_sum(run.held))
+        return self.served()
+
+    def preempted(self, i: int) -> None:
+        self.epoch[i] += 1
+
+    def _launch(self, run: _Running, waiting, tokens, gen, free, inflight, stage_free):
+        """Schedule a batch (as ``_VllmV1.run``'s step) and send it into the pipeline;
+        (whether one was, the free blocks)."""
+        p, bs = self.p, self.p.block_size
+        want = run.tokens - run.computed
+        budget = p.max_num_batched_tokens
+        give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
+        need = _blocks(run.computed + give, bs) - run.held
+        preempted = False
+        if int(_sum(need)) > free:
+            give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
+            want = run.tokens - run.computed
+            preempted = True
+        if not preempted and waiting:
+            room, rows, gives = p.max_num_seqs - run.size, [], []
+            left = budget - int(_sum(give))
+            spare = free - int(_sum(need))
+            while waiting and left > 0 and room > 0:
+                i = waiting[0]
+                g = min(int(tokens[i]), left)
+                b = int(_blocks(g, bs))
+                if b > spare:
+                    break
+                waiting.popleft()
+                spare -= b
+                left -= g
+                room -= 1
+                rows.append((i, int(tokens[i]), 0, 0, int(gen[i]), int(self.output[i]), self.last_token[i]))
+                gives.append(g)
+                if np.isnan(self.scheduled[i]):
+                    self.scheduled[i] = self.now
+            if rows:
+                run.add(rows)
+                want = np.concatenate([want, run.tokens[-len(rows):]])
+                give = np.concatenate([give, np.array(gives, dtype=np.int64)])
+                need = np.concatenate([need, _blocks(np.array(gives, dtype=np.int64), bs)])
+        if not _count(give):
+            return False, free
+        free -= int(_sum(need))
+        run.held = run.held + need
+        ctx = run.computed + give
+        on = give > 0
+        samples = on & (ctx == run.tokens)
+        stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], _count(samples))
+        run.computed = ctx
+        t = self.now + p.step_overhead_s  # (the host forms the batch, then the first stage takes it when free)
+        self.now = t
+        start = max(t, stage_free[0])
+        for s, dur in enumerate(stage_s):
+            t = max(t, stage_free[s]) + dur
+            stage_free[s] = t
+        ids = run.id[samples]
+        inflight.append((t, ids, self.epoch[ids]))
+        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free)
+        return True, free
+
+    def _sampled(self, run: _Running, ids, tokens, gen) -> int:
+        """A batch's tokens are back (now) for the running requests ``ids``; how many finish."""
+        got = np.isin(run.id, ids)
+        run.generated = run.generated + got
+        run.tokens = run.tokens + got
+        firsts = got & (run.generated == 1)
+        if _count(firsts):
+            self.first[run.id[firsts]] = self.now
+        later = got & (run.generated > 1)
+        if _count(later):
+            self.itl.append((self.now - run.last[later], 1))
+        run.last = np.where(got, self.now, run.last)
+        return self._finish(run, tokens, gen) if _count(got & (run.generated >= run.output)) else 0
 
 
 class _Static(_Sim):

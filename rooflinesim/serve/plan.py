@@ -65,6 +65,11 @@ class Candidate:
     weights: str
     kv_dtype: str
     ep: int = 1  # expert parallelism (MoE models: the experts split over the TP ranks)
+    pp: int = 1  # pipeline stages (each of tp GPUs: a node's worth, the stages across nodes)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def _setup(c: Candidate, job: dict):
 
     spec = load_spec(c.gpu)
     return load_config(job["model"]), spec, resolve_profile(spec, None), Deployment(
-        tp=c.tp, ep=c.ep, weights=c.weights, kv_cache=c.kv_dtype)
+        tp=c.tp, ep=c.ep, pp=c.pp, weights=c.weights, kv_cache=c.kv_dtype)
 
 
 def _limits(engine: str, model, spec, kv_default: int, job: dict) -> tuple[list, tuple]:
@@ -158,7 +163,7 @@ def _bounds(args) -> dict:
         st = step_times(model, spec, profile, d, max_tokens=max(max(t, s) for t, s, _ in fits),
                         max_seqs=max(s for _, s, _ in fits), max_context=max(longest, 2))
         overhead = ENGINES[job["engine"]].step_overhead_s
-        most = job["max_gpus"] // c.tp
+        most = job["max_gpus"] // c.gpus
         for tokens, seqs, kv in fits:
             out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **_bound(
                 st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most)})
@@ -194,7 +199,9 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
     # (a request holds at least prompt + j tokens of KV through its j-th decode step, which takes
     # at least the shortest sampling step, and the cache holds kv tokens at a time)
     held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
-    busy = max(work * per_token, float(later.sum()) / concurrent * sampling, held)
+    # (on pp stages up to pp batches are in flight, and a stage takes at least 1 / pp of a pass)
+    stages = st.d.pp
+    busy = max(work * per_token / stages, float(later.sum()) / concurrent * sampling / stages, held)
     ceiling = prompt.size / busy if busy > 0 else math.inf
     replicas = max(1, math.floor(rate / ceiling) + 1)
     if replicas > most:
@@ -298,10 +305,13 @@ def _reachable(address: str, timeout_s: float = 10.0) -> None:
         raise UserError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
-def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int) -> tuple[list, list]:
+def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int,
+               pps: tuple = (1,)) -> tuple[list, list]:
     """(the replica types, and the combinations left out with why: a TP the model cannot
     split, a dtype the GPU lacks, more GPUs than a node or the limit holds). An MoE model's
-    types at TP above 1 come with and without expert parallelism over the TP ranks."""
+    types at TP above 1 come with and without expert parallelism over the TP ranks; each
+    TP comes at every pipeline depth of ``pps`` whose stages stay in one node (the send
+    between stages is priced on the node's links: links between nodes are not modelled)."""
     from ..hardware import load_spec
     from ..models.deploy import Deployment, shard
 
@@ -313,15 +323,15 @@ def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int)
                 skipped.append({"gpu": spec.name, "weights": w, "reason": f"{spec.name} has no fp8 matrix rate"})
                 continue
             for kv in kv_dtypes:
-                for tp in TPS:
-                    if tp > min(max_gpus, spec.interconnect.gpus_per_node):
+                for tp, pp in ((t, q) for t in TPS for q in sorted(set(pps))):
+                    if tp * pp > min(max_gpus, spec.interconnect.gpus_per_node):
                         continue
                     for ep in ((1, tp) if model.is_moe and tp > 1 else (1,)):
                         try:
-                            shard(model, Deployment(tp=tp, ep=ep, weights=w, kv_cache=kv))
+                            shard(model, Deployment(tp=tp, ep=ep, pp=pp, weights=w, kv_cache=kv))
                         except UserError:
                             continue
-                        out.append(Candidate(spec.name, tp, w, kv, ep))
+                        out.append(Candidate(spec.name, tp, w, kv, ep, pp))
     return out, skipped
 
 
@@ -338,7 +348,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
-         progress=None, on_start=None) -> dict:
+         pp: list | None = None, progress=None, on_start=None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -351,6 +361,9 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
+    if any(x > 1 for x in pp or ()) and engine not in ("vllm", "static"):
+        raise UserError(f"plan searches pipeline stages (--pp above 1) with --engine vllm; {engine}'s pipeline "
+                        f"scheduling is not modelled yet")
     missing = [g for g in gpus if g not in prices]
     if missing:
         raise UserError(f"no price for {', '.join(missing)}: give --prices FILE with them, or leave them out")
@@ -361,7 +374,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         if not gpus:
             raise UserError(f"no candidate GPU has a fitted profile ({', '.join(ideal)} would be priced on the ideal "
                             f"roofline); pass --include-uncalibrated to plan with them anyway")
-    cands, skipped = candidates(model, gpus, weights, kv_dtypes, max_gpus)
+    cands, skipped = candidates(model, gpus, weights, kv_dtypes, max_gpus, tuple(pp or (1,)))
     if not uncalibrated:
         skipped += [{"gpu": g, "reason": "no fitted profile: the ideal roofline would flatter it "
                                          "(--include-uncalibrated plans with it)"} for g in ideal]
@@ -380,7 +393,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
 def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start) -> dict:
     bounds = workers.map(_bounds, [(c, job) for c in cands])
     # every configuration of the space, each settled once: by step 1 or 2, by a run, or not needed
-    space = {c: max(1, job["max_gpus"] // c.tp) * max(1, len(b["limits"])) for c, b in zip(cands, bounds)}
+    space = {c: max(1, job["max_gpus"] // c.gpus) * max(1, len(b["limits"])) for c, b in zip(cands, bounds)}
     total = sum(space.values())
     if on_start is not None:
         on_start(total)
@@ -394,7 +407,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             settled["invalid"] += space[c]
             verdicts[c].append(("bound", math.inf, "invalid", b["error"]))
             continue
-        most = max(1, job["max_gpus"] // c.tp)
+        most = max(1, job["max_gpus"] // c.gpus)
         for lim in b["limits"]:
             if "rejected" in lim:
                 settled[lim["rejected"] if lim["rejected"] == "does not fit" else "bound"] += most
@@ -403,12 +416,12 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
                 continue
             settled["bound"] += lim["replicas"] - 1  # (too few replicas for the rate)
             for r in range(lim["replicas"], most + 1):
-                todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.tp * price[c]))
+                todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.gpus * price[c]))
     tick(sum(settled.values()))
     # cost first; among equals the fewest GPUs, then each group (a type at a replica count) with
     # the engine's default limits first
-    todo.sort(key=lambda x: (x.cost_per_hour, x.replicas * x.candidate.tp, x.candidate.gpu, x.candidate.tp,
-                             x.candidate.weights, x.candidate.kv_dtype, x.candidate.ep, x.replicas,
+    todo.sort(key=lambda x: (x.cost_per_hour, x.replicas * x.candidate.gpus, x.candidate.gpu, x.candidate.tp,
+                             x.candidate.pp, x.candidate.weights, x.candidate.kv_dtype, x.candidate.ep, x.replicas,
                              (x.max_num_batched_tokens, x.max_num_seqs) != defaults[x.candidate],
                              -x.max_num_batched_tokens, -x.max_num_seqs))
     found, met, groups = [], {}, set()  # met: type -> the cost of its cheapest configuration that meets the SLOs
@@ -489,7 +502,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     for c in cands:
         if c in seen or not verdicts[c]:
             continue
-        rejected.append({"gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
+        rejected.append({"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
                          "profile": profiles[c], **_verdict(verdicts[c])})
     best = [rows[r["config"]] for r in picked]
     return {"model": model.name, "rate": job["rate"], "slos": slos, "workload": job["workload"],
@@ -522,9 +535,9 @@ def _limits_text(tokens: int, seqs: int) -> str:
 def _row(cfg: Config, r: dict, prices: dict, profile: str) -> dict:
     c = cfg.candidate
     tokens_per_hour = r["metrics"]["output_throughput"] * 3600
-    return {"gpu": c.gpu, "tp": c.tp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype, "profile": profile,
-            "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
-            "kv_cache_tokens": cfg.kv_cache_tokens, "replicas": cfg.replicas, "gpus": cfg.replicas * c.tp,
+    return {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
+            "profile": profile, "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
+            "kv_cache_tokens": cfg.kv_cache_tokens, "replicas": cfg.replicas, "gpus": cfg.replicas * c.gpus,
             "cost_per_hour": cfg.cost_per_hour,
             "cost_per_million_output_tokens": cfg.cost_per_hour / tokens_per_hour * 1e6,
             "usd_per_gpu_hour": prices[c.gpu]["usd_per_gpu_hour"], "price_source": prices[c.gpu].get("source"),

@@ -165,7 +165,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv_tokens)["max_num_seqs"])
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
-                     base["max_prefill_tokens"])
+                     base["max_prefill_tokens"], stages=d.pp)
+    if d.pp > 1 and engine not in ("vllm", "static"):  # (before the tables are priced)
+        simulate(engine, Requests(np.zeros(1), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64)), None, p)
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(longest, 2))

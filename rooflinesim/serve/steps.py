@@ -71,13 +71,12 @@ class LogTable:
 
 
 class StepTimes:
-    """The step times of one replica of a deployment (pipeline stages are not modelled:
-    pp must be 1), for steps of at most ``max_tokens`` new tokens and ``max_seqs``
-    sequences, each with a context of at most ``max_context`` tokens."""
+    """The step times of one replica of a deployment, for steps of at most ``max_tokens``
+    new tokens and ``max_seqs`` sequences, each with a context of at most ``max_context``
+    tokens: a step's pass through every pipeline stage, and with ``pp`` above 1 each
+    stage's part (``stage_tables``: one table set a stage, its kernels only)."""
 
     def __init__(self, model, spec, profile, d: Deployment, *, max_tokens: int, max_seqs: int, max_context: int):
-        if d.pp != 1:
-            raise UserError("serve simulates one pipeline stage per replica; --pp above 1 is not modelled yet")
         if d.eager and d.kernels != "hf":
             raise UserError("serve prices CUDA-graph steps, as engines run them; --eager is not modelled")
         self.model, self.spec, self.profile, self.d = model, spec, profile, d
@@ -112,13 +111,28 @@ class StepTimes:
                   n=dn.size),
         ]
         priced = self._price(phases)
-        (_, dense_pre), (_, dense_dec), (_, with_logits), (_, att_pre), (_, att_dec) = (r.row_times() for r in priced)
         fam_pre, fam_dec = priced[0].row_families(), priced[1].row_families()
         self.families = tuple(sorted(set(fam_pre) | set(fam_dec)))
+        self._families_of = (fam_pre, fam_dec)
+        self._parts = self._parts_of(priced, None)
+        self.stage_tables: list = []
+        if d.pp > 1:  # (each stage's own tables: copies of these, over its kernels only)
+            for stage in range(d.pp):
+                t = copy.copy(self)
+                t._parts, t.stage_tables = self._parts_of(priced, stage), []
+                self.stage_tables.append(t)
+        self._combine(np.ones(len(self.families)))
+
+    def _parts_of(self, priced, stage: int | None) -> dict:
+        """Per table, per family: the times of the kernels it holds (``stage``: on that
+        pipeline stage only; None: every stage's)."""
+        (_, dense_pre), (_, dense_dec), (_, with_logits), (_, att_pre), (_, att_dec) = (
+            r.row_times(stage) for r in priced)
+        fam_pre, fam_dec = self._families_of
         by = lambda rows, fams, keep: np.stack([  # noqa: E731  (per family: the kept rows' sum)
             rows[keep & (np.array(fams) == f)].sum(axis=0) for f in self.families])
         pad = lambda x: np.concatenate([np.zeros((x.shape[0], 1)), x], axis=1)  # noqa: E731  (index 0: none)
-        self._parts = {
+        return {
             "dense_prefill": pad(by(dense_pre, fam_pre, ~self.prefill_context)),
             "dense_decode": pad(by(dense_dec, fam_dec, ~self.decode_context)),
             "logits": pad(by(with_logits, fam_dec, np.ones(len(fam_dec), bool)) -
@@ -126,8 +140,6 @@ class StepTimes:
             "attention_prefill": by(att_pre, fam_pre, self.prefill_context),
             "attention_decode": by(att_dec, fam_dec, self.decode_context),
         }
-        self._families_of = (fam_pre, fam_dec)
-        self._combine(np.ones(len(self.families)))
 
     def _combine(self, m: np.ndarray) -> None:
         """The tables with each family's times multiplied by ``m`` (one factor a family)."""
@@ -139,12 +151,15 @@ class StepTimes:
                                           m @ parts["attention_prefill"])
         self.attention_decode = LogTable([self.n_grid, self.ctx_grid], m @ parts["attention_decode"])
         self._rows: dict = {}
+        for t in self.stage_tables:
+            t._combine(m)
 
     def scaled(self, multipliers: dict) -> "StepTimes":
         """These step times with each family's kernel times multiplied by its factor
         (``multipliers``: family -> factor; a family left out keeps 1)."""
         out = copy.copy(self)
         out._static = self._static  # (per family, shared)
+        out.stage_tables = [copy.copy(t) for t in self.stage_tables]
         out._combine(np.array([float(multipliers.get(f, 1.0)) for f in self.families]))
         return out
 
@@ -192,14 +207,18 @@ class StepTimes:
             ctx = prompt + np.arange(1.0, max(output, 2))
             if self.d.kernels == "hf" and self.d.hf_cache == "static":  # (SDPA reads the whole cache)
                 ctx = np.full(ctx.size, float(prompt + output))
-            pre, dec = self._price([Phase("prefill", batch=batch, seq_q=prompt, seq_kv=prompt, sequences=batch),
-                                    Phase("decode", batch=batch, seq_q=1, seq_kv=ctx, sequences=batch, n=ctx.size)])
+            m = min(self.d.microbatches or self.d.pp, batch)  # (microbatches through the stages, as predict_model)
+            b = math.ceil(batch / m)
+            pre, dec = self._price([
+                Phase("prefill", batch=b, seq_q=prompt, seq_kv=prompt, sequences=batch, microbatches=m),
+                Phase("decode", batch=b, seq_q=1, seq_kv=ctx, sequences=batch, microbatches=m, n=ctx.size)])
             per = []
             for r in (pre, dec):
                 _, rows = r.row_times()
-                if self.d.eager or self.d.kernels == "hf":
-                    # (the step as priced whole: a host-paced step's host time, or the graph gap
-                    # a prefill in no graph leaves out, shared out over its kernels' times)
+                if self.d.eager or self.d.kernels == "hf" or self.d.pp > 1:
+                    # (the step as priced whole: a host-paced step's host time, the graph gap
+                    # a prefill in no graph leaves out, or microbatches filling the pipeline,
+                    # shared out over its kernels' times)
                     rows = rows * (r.step_s / rows.sum(axis=0))
                 fams = np.array(r.row_families())
                 per.append(np.stack([rows[fams == f].sum(axis=0) for f in self.families]))
@@ -211,6 +230,10 @@ class StepTimes:
 
     def _price(self, phases):
         return price_phases(self.model, self.spec, self.profile, self.d, phases)
+
+    def stage_s_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int) -> list:
+        """Each pipeline stage's time in a step (``step_of``'s arguments)."""
+        return [t.step_of(tokens, context, decode, samplers) for t in self.stage_tables]
 
     def step_s(self, decode_n: int, decode_context: float, chunk_n: int = 0, chunk_tokens: int = 0,
                chunk_context: float = 0.0, samplers: int = 0) -> float:
