@@ -306,13 +306,13 @@ class _VllmV1(_Sim):
         the step-by-step loop then handles). Each step is the one the loop would take."""
         p = self.p
         n = run.size
-        if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
-            return False
-        if waiting and n < p.max_num_seqs:
+        if waiting and n < p.max_num_seqs:  # (the cheap test first: one waiting may be admitted)
             i = waiting[0]
             g = min(int(tokens[i]), p.max_num_batched_tokens - n)
-            if g > 0 and _blocks(g, p.block_size) <= free:
+            if g > 0 and -(-g // p.block_size) <= free:
                 return False
+        if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
+            return False
         k = int((run.output - run.generated).min())
         if k < 2:
             return False
@@ -327,7 +327,7 @@ class _VllmV1(_Sim):
             k = min(k, int(np.searchsorted(grow, free, side="right")))
             if k < 2:
                 return False
-        dur = self.steps.decode_steps(n, c.mean() + j[:k]) + p.step_overhead_s
+        dur = self.steps.decode_steps(n, int(_sum(c)) / n + j[:k]) + p.step_overhead_s  # (the mean, exactly)
         ends = self.now + np.cumsum(dur)
         if due < ends[-1]:
             k = int(np.searchsorted(ends, due, side="left")) + 1  # (the step in which it comes due ends the stretch)
