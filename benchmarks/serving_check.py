@@ -7,8 +7,10 @@ Every point of the file whose workload can be re-created is simulated: the rando
 uniformly from [range_ratio x L, L]), its rate and number of prompts, the engine (vllm or
 sglang, at the defaults the source left in place), model, GPU, tensor parallelism and
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
-where it states none, the memory planner's). ShareGPT points are skipped (no ShareGPT
-length distribution ships), and so are points on GPUs with no spec here.
+where it states none, the memory planner's). ShareGPT points draw from the shipped
+ShareGPT shape (``--dataset sharegpt``). Points of vLLM 0.6 are skipped (its V0 scheduler
+ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
+GPUs with no spec here.
 
 Prints, per metric, the median absolute error and how many published values two intervals
 covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
@@ -53,17 +55,20 @@ def simulate(point: dict, samples: int):
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.serve.simulate import serve
-    from rooflinesim.serve.traffic import Requests, arrivals
+    from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests
 
     ds = point["dataset"]
     spec = load_spec(_gpu(point["gpu"]))
     rng = np.random.default_rng(SEED)
     n = int(point["num_prompts"])
     client = point.get("client", "")
-    inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
-    outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
-    reqs = Requests(arrivals(n, rate, 1.0, rng), inputs, outputs)
+    if ds["name"] == "sharegpt":
+        reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
+    else:
+        inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
+        outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
+        reqs = Requests(arrivals(n, rate, 1.0, rng), inputs, outputs)
     d = Deployment(tp=int(point["tp"]), weights=point["weights"])
     logged = point.get("logged") or {}
     return serve(load_config(MODELS[point["model"]]), spec, resolve_profile(spec, None), d, reqs,
@@ -122,8 +127,8 @@ def main() -> None:
     points = yaml.safe_load(DATA.read_text())["points"]
     skipped, rows, memory = defaultdict(int), [], []
     for p in points:
-        if p["dataset"]["name"] != "random":
-            skipped["ShareGPT workload"] += 1
+        if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
+            skipped["vLLM 0.6: its V0 scheduler with multi-step scheduling, not the one serve runs"] += 1
             continue
         if _gpu(p["gpu"]) is None or p["model"] not in MODELS:
             skipped["GPU or model not here"] += 1

@@ -380,7 +380,23 @@ def test_shipped_traffic_shapes_are_the_released_traces(name, rows, in_mean, out
     assert all((i, o) in pairs for i, o in zip(a.input_tokens.tolist(), a.output_tokens.tolist()))
 
 
-@pytest.mark.parametrize("args", [["--dataset", "sharegpt"], ["--dataset", "azure-conv-2023", "--output-len", "9"],
+def test_the_sharegpt_shape_is_the_benchmark_clients_sample():
+    from rooflinesim.serve.traffic import dataset_requests, load_dataset
+
+    data = load_dataset("sharegpt")
+    i, o = np.array(data["input_tokens"]), np.array(data["output_tokens"])
+    assert data["requests"] == i.size == o.size == 15822
+    # the clients' filter: at least 4 tokens each, a prompt of at most 1,024, at most 2,048 together
+    assert i.min() >= 4 and o.min() >= 4 and i.max() <= 1024 and (i + o).max() <= 2048
+    # the published runs' totals: SGLang's client on Llama 3.3 (1,200 prompts) 224.2 in and 189.1
+    # out a request; 5,000-prompt runs 194.3 out (output over request throughput)
+    assert i.mean() == pytest.approx(224.2, rel=0.03) and o.mean() == pytest.approx(194.3, rel=0.05)
+    assert "Apache" in data["license"] and "ShareGPT" in data["source"]
+    r = dataset_requests("sharegpt", 200, rate=5.0, seed=1)
+    assert set(zip(r.input_tokens.tolist(), r.output_tokens.tolist())) <= set(zip(i.tolist(), o.tolist()))
+
+
+@pytest.mark.parametrize("args", [["--dataset", "sharegpt-v4"], ["--dataset", "azure-conv-2023", "--output-len", "9"],
                                   ["--dataset", "azure-conv-2023", "--trace", "t.csv"]])
 def test_bad_dataset_choices_are_one_sentence(args):
     from rooflinesim.cli.main import main

@@ -37,7 +37,7 @@ MAX_RATE = 1e6
 @click.option("--prices", "prices_file", default=None,
               help="GPU prices (YAML as rooflinesim/data/gpu_prices.yaml; default: the bundled figures).")
 @click.option("--dataset", default="random", show_default=True,
-              help="random, azure-conv-2023 or azure-code-2023 (as for serve).")
+              help="random, sharegpt, azure-conv-2023 or azure-code-2023 (as for serve).")
 @click.option("--input-len", type=Size(max=MAX_LEN), default=1024, show_default=True)
 @click.option("--output-len", type=Size(max=MAX_LEN), default=256, show_default=True)
 @click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.5, show_default=True)

@@ -111,8 +111,8 @@ def _goodput(ctx, param, values) -> dict:
               help="At most this many requests in flight (a closed loop, as --max-concurrency).")
 @click.option("--dataset", default="random", show_default=True,
               help="random (vLLM's random dataset: --input-len, --output-len, --range-ratio), or a public "
-                   "traffic shape shipped as data: azure-conv-2023, azure-code-2023 (the Azure LLM inference "
-                   "traces' request lengths).")
+                   "traffic shape shipped as data: sharegpt (as vLLM's and SGLang's benchmark clients sample it), "
+                   "azure-conv-2023, azure-code-2023 (the Azure LLM inference traces' request lengths).")
 @click.option("--input-len", type=Size(max=MAX_LEN), default=1024, show_default=True,
               help="Random dataset: input tokens per request.")
 @click.option("--output-len", type=Size(max=MAX_LEN), default=128, show_default=True,
