@@ -65,7 +65,7 @@ def test_prices_file_and_bad_input(tmp_path):
             "--num-prompts", "40", "--interval-samples", "0"]
     for args in (["--slo-ttft-p99", "soon"], [], ["--slo-ttft-p99", "1s", "--rate", "inf"],
                  ["--slo-ttft-p99", "1s", "--gpu", "h200"], ["--slo-ttft-p99", "1s", "--prices", str(bad)],
-                 ["--slo-ttft-p99", "1s", "--dataset", "sharegpt"], ["--slo-ttft-p99", "1s", "--max-num-seqs", "0"],
+                 ["--slo-ttft-p99", "1s", "--dataset", "sharegpt-v4"], ["--slo-ttft-p99", "1s", "--max-num-seqs", "0"],
                  ["--slo-ttft-p99", "1s", "--max-num-batched-tokens", "1.5"],
                  ["--slo-ttft-p99", "1s", "--ray-address", "http://"]):
         with pytest.raises(SystemExit) as e:
@@ -83,6 +83,28 @@ def test_cli_json(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["best"]["gpu"] == "h100-sxm" and "cost_per_hour" in out["best"]
     assert "cost_per_million_output_tokens" in out["best"] and out["best"]["price_source"] == "x"
+
+
+def test_a_minimum_probability_tightens_the_search_and_reports_against_the_slos_given():
+    import math
+
+    from rooflinesim.serve.plan import tightened
+    from rooflinesim.serve.simulate import serving_sigmas
+
+    slos = {"p99_ttft_ms": 1000.0, "p99_tpot_ms": 40.0}
+    tight = tightened(slos, 0.9, "vllm", ["h100-sxm"])
+    half = tightened(slos, 0.5, "vllm", ["h100-sxm"])
+    assert half == pytest.approx(slos)  # (the median: the estimate itself)
+    s = serving_sigmas("vllm")["itl"]
+    assert tight["p99_tpot_ms"] < 40 * math.exp(-1.2815515655446004 * s) * (1 + 1e-12)  # (and the kernels' spread)
+    assert tight["p99_ttft_ms"] < tight["p99_tpot_ms"] * 25  # (TTFT's residual is the wider)
+    loose, sure = _plan(), _plan(min_probability=0.9)
+    assert sure["slos"] == slos and sure["search_slos"] == pytest.approx(tightened(slos, 0.9, "vllm",
+                                                                                 ["h100-sxm", "a100-sxm4-80gb", "l4"]))
+    b = sure["best"]
+    assert all(b["metrics"][k] <= v for k, v in sure["search_slos"].items())
+    assert b["cost_per_hour"] >= loose["best"]["cost_per_hour"]
+    assert b["probability_meets_slo"] >= loose["best"]["probability_meets_slo"]
 
 
 def test_pipeline_depths_are_searched_within_a_node():

@@ -45,6 +45,9 @@ MAX_RATE = 1e6
 @click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=300, show_default=True,
               help="Requests per simulated run.")
 @click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True)
+@click.option("--min-probability", type=Real(min=0, max=1, min_open=True, max_open=True), default=None,
+              help="Search for the SLOs to hold with about this probability (e.g. 0.9): each limit tightened by "
+                   "the spread of serve's measured error (default: the estimates must meet the SLOs).")
 @click.option("--interval-samples", type=Size(min=0, max=1000), default=10, show_default=True,
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
@@ -63,7 +66,7 @@ MAX_RATE = 1e6
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
-         num_prompts, seed, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
+         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
          include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -112,7 +115,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
-                  pp=list(pps) or None, progress=tick, on_start=begin)
+                  pp=list(pps) or None, min_probability=min_probability, progress=tick, on_start=begin)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)
@@ -146,6 +149,9 @@ def _print(out: dict) -> None:
     settled = ", ".join(f"{v:,} {k}" for k, v in out["settled"].items())
     lines = [f"{out['model']} at {out['rate']:g} req/s, {out['engine']}, SLOs {slo}: {out['candidates']} replica "
              f"types, {out['configurations']:,} configurations ({settled})"]
+    if "min_probability" in out:
+        lines.append(f"searched for a probability of {100 * out['min_probability']:.0f}% that each holds: estimates "
+                     "within " + ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms" for k, v in out["search_slos"].items()))
     keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
     heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas", "GPUs", "$/hour", "$/M out tok", *keys,
              "P(meets SLO)", "profile")

@@ -240,7 +240,8 @@ def _simulate(args) -> dict:
     if samples:
         draws = r.draws or []
         out["interval"] = {k: (r.interval or {}).get(k) for k in slos}
-        out["probability_meets_slo"] = met_probability(draws, slos, r.serving_sigmas or {}) if draws else None
+        out["probability_meets_slo"] = (met_probability(draws, job.get("slos_given", slos), r.serving_sigmas or {})
+                                        if draws else None)
     return out
 
 
@@ -348,7 +349,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
-         pp: list | None = None, progress=None, on_start=None) -> dict:
+         pp: list | None = None, min_probability: float | None = None, progress=None, on_start=None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -378,7 +379,11 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if not uncalibrated:
         skipped += [{"gpu": g, "reason": "no fitted profile: the ideal roofline would flatter it "
                                          "(--include-uncalibrated plans with it)"} for g in ideal]
-    job = {"model": model_name, "rate": rate, "slos": slos, "workload": workload, "max_gpus": max_gpus,
+    given = dict(slos)
+    if min_probability is not None:  # (the search's limits, tightened by the spread of what is measured)
+        slos = tightened(slos, min_probability, engine, gpus)
+    job = {"model": model_name, "rate": rate, "slos": slos, "slos_given": given, "workload": workload,
+           "max_gpus": max_gpus, "min_probability": min_probability,
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
@@ -388,6 +393,25 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         return _search(model, cands, skipped, job, prices, samples, workers, tick, on_start)
     finally:
         workers.close()
+
+
+def tightened(slos: dict, probability: float, engine: str, gpus: list) -> dict:
+    """The limits a configuration's estimates must meet for each SLO to hold with about
+    ``probability``: each limit over exp(z sigma), z the normal quantile of the probability
+    and sigma the metric group's serving residual and the candidates' largest kernel-family
+    spread, taken as independent (each SLO apart: the probability reported for the picked
+    configurations, over the kernel draws, is that of them all)."""
+    from statistics import NormalDist
+
+    from ..calibration.profile import resolve_profile
+    from ..hardware import load_spec
+    from .residual import group_of
+    from .simulate import family_sigmas, serving_sigmas
+
+    kernel = max((s for g in gpus for s in family_sigmas(resolve_profile(load_spec(g), None)).values()), default=0.0)
+    serving = serving_sigmas(engine)
+    z = NormalDist().inv_cdf(probability)
+    return {k: v * math.exp(-z * math.hypot(serving.get(group_of(k), 0.0), kernel)) for k, v in slos.items()}
 
 
 def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start) -> dict:
@@ -505,7 +529,10 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
         rejected.append({"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
                          "profile": profiles[c], **_verdict(verdicts[c])})
     best = [rows[r["config"]] for r in picked]
-    return {"model": model.name, "rate": job["rate"], "slos": slos, "workload": job["workload"],
+    extra = {} if job.get("min_probability") is None else {"min_probability": job["min_probability"],
+                                                            "search_slos": slos}
+    return {"model": model.name, "rate": job["rate"], "slos": job.get("slos_given", slos), **extra,
+            "workload": job["workload"],
             "engine": job["engine"], "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
             "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,
