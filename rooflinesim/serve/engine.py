@@ -205,7 +205,7 @@ class _VllmV1(_Sim):
     stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
 
     def run(self) -> Served:
-        p, bs = self.p, self.p.block_size
+        p = self.p
         n = len(self.arrival)
         # requests not running: known tokens, tokens computed (0 once preempted), tokens generated
         tokens = self.prompt.copy()
@@ -224,39 +224,7 @@ class _VllmV1(_Sim):
                 done += self._finish(run, tokens, gen)
                 free = p.kv_blocks - int(_sum(run.held))
                 continue
-            budget = p.max_num_batched_tokens
-            # 1. the running requests, in order, as far as the budget goes
-            give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
-            need = _blocks(run.computed + give, bs) - run.held  # (0 where given nothing: held covers computed)
-            preempted = False
-            if int(_sum(need)) > free:
-                give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
-                want = run.tokens - run.computed
-                preempted = True
-            free -= int(_sum(need))
-            run.held = run.held + need
-            budget -= int(_sum(give))
-            # 2. waiting requests, in order, where nothing was preempted
-            if not preempted and waiting:
-                room, rows, gives = p.max_num_seqs - run.size, [], []
-                while waiting and budget > 0 and room > 0:
-                    i = waiting[0]
-                    g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
-                    b = int(_blocks(g, bs))
-                    if b > free:
-                        break
-                    waiting.popleft()
-                    free -= b
-                    budget -= g
-                    room -= 1
-                    rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
-                    gives.append(g)
-                    if np.isnan(self.scheduled[i]):
-                        self.scheduled[i] = self.now
-                if rows:
-                    run.add(rows)
-                    want = np.concatenate([want, run.tokens[-len(rows):]])
-                    give = np.concatenate([give, np.array(gives, dtype=np.int64)])
+            want, give, free = self._schedule(run, want, waiting, tokens, gen, free)
             if not _count(give):  # (nothing fits: only a finishing request can free room)
                 raise UserError("the engine stalled: no request fits in the KV cache")
             # 3. the step: decode tokens and prefill chunks, priced
@@ -268,19 +236,64 @@ class _VllmV1(_Sim):
             self.now += dur
             run.computed = ctx
             # 4. tokens sampled, requests finished
-            run.generated = run.generated + samples
-            run.tokens = run.tokens + samples
-            firsts = samples & (run.generated == 1)
-            if _count(firsts):
-                self.first[run.id[firsts]] = self.now
-            later = samples & (run.generated > 1)
-            if _count(later):
-                self.itl.append((self.now - run.last[later], 1))
-            run.last = np.where(samples, self.now, run.last)
-            if _count(samples & (run.generated >= run.output)):
-                done += self._finish(run, tokens, gen)
+            finished = self._sampled(run, samples, tokens, gen)
+            if finished:
+                done += finished
                 free = p.kv_blocks - int(_sum(run.held))
         return self.served()
+
+    def _schedule(self, run: _Running, want, waiting, tokens, gen, free):
+        """A step's scheduling (the module's notes): the running requests' tokens as far as
+        the budget goes, preempting where blocks run out, then waiting requests where nothing
+        was preempted; (their tokens wanted, the tokens given each, the free blocks left)."""
+        p, bs = self.p, self.p.block_size
+        budget = p.max_num_batched_tokens
+        # 1. the running requests, in order, as far as the budget goes
+        give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
+        need = _blocks(run.computed + give, bs) - run.held  # (0 where given nothing: held covers computed)
+        preempted = False
+        if int(_sum(need)) > free:
+            give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
+            want = run.tokens - run.computed
+            preempted = True
+        free -= int(_sum(need))
+        run.held = run.held + need
+        budget -= int(_sum(give))
+        # 2. waiting requests, in order, where nothing was preempted
+        if not preempted and waiting:
+            room, rows, gives = p.max_num_seqs - run.size, [], []
+            while waiting and budget > 0 and room > 0:
+                i = waiting[0]
+                g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
+                b = int(_blocks(g, bs))
+                if b > free:
+                    break
+                waiting.popleft()
+                free -= b
+                budget -= g
+                room -= 1
+                rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
+                gives.append(g)
+                if np.isnan(self.scheduled[i]):
+                    self.scheduled[i] = self.now
+            if rows:
+                run.add(rows)
+                want = np.concatenate([want, run.tokens[-len(rows):]])
+                give = np.concatenate([give, np.array(gives, dtype=np.int64)])
+        return want, give, free
+
+    def _sampled(self, run: _Running, got, tokens, gen) -> int:
+        """A token each for the running requests of mask ``got``, now; how many finish."""
+        run.generated = run.generated + got
+        run.tokens = run.tokens + got
+        firsts = got & (run.generated == 1)
+        if _count(firsts):
+            self.first[run.id[firsts]] = self.now
+        later = got & (run.generated > 1)
+        if _count(later):
+            self.itl.append((self.now - run.last[later], 1))
+        run.last = np.where(got, self.now, run.last)
+        return self._finish(run, tokens, gen) if _count(got & (run.generated >= run.output)) else 0
 
     def preempted(self, i: int) -> None:
         """Request ``i`` was preempted (a hook: nothing to do when one batch runs at a time)."""
@@ -389,7 +402,7 @@ class _VllmV1Pipeline(_VllmV1):
     preempted while in flight drops the token its batch brings back."""
 
     def run(self) -> Served:
-        p, bs = self.p, self.p.block_size
+        p = self.p
         n = len(self.arrival)
         tokens = self.prompt.copy()
         gen = np.zeros(n, dtype=np.int64)
@@ -415,7 +428,7 @@ class _VllmV1Pipeline(_VllmV1):
             end, ids, epochs = inflight.popleft()
             self.now = max(self.now, end)
             if ids.size:
-                done += self._sampled(run, ids[self.epoch[ids] == epochs], tokens, gen)
+                done += self._sampled(run, np.isin(run.id, ids[self.epoch[ids] == epochs]), tokens, gen)
                 free = p.kv_blocks - int(_sum(run.held))
         return self.served()
 
@@ -425,43 +438,10 @@ class _VllmV1Pipeline(_VllmV1):
     def _launch(self, run: _Running, waiting, tokens, gen, free, inflight, stage_free):
         """Schedule a batch (as ``_VllmV1.run``'s step) and send it into the pipeline;
         (whether one was, the free blocks)."""
-        p, bs = self.p, self.p.block_size
-        want = run.tokens - run.computed
-        budget = p.max_num_batched_tokens
-        give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
-        need = _blocks(run.computed + give, bs) - run.held
-        preempted = False
-        if int(_sum(need)) > free:
-            give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
-            want = run.tokens - run.computed
-            preempted = True
-        if not preempted and waiting:
-            room, rows, gives = p.max_num_seqs - run.size, [], []
-            left = budget - int(_sum(give))
-            spare = free - int(_sum(need))
-            while waiting and left > 0 and room > 0:
-                i = waiting[0]
-                g = min(int(tokens[i]), left)
-                b = int(_blocks(g, bs))
-                if b > spare:
-                    break
-                waiting.popleft()
-                spare -= b
-                left -= g
-                room -= 1
-                rows.append((i, int(tokens[i]), 0, 0, int(gen[i]), int(self.output[i]), self.last_token[i]))
-                gives.append(g)
-                if np.isnan(self.scheduled[i]):
-                    self.scheduled[i] = self.now
-            if rows:
-                run.add(rows)
-                want = np.concatenate([want, run.tokens[-len(rows):]])
-                give = np.concatenate([give, np.array(gives, dtype=np.int64)])
-                need = np.concatenate([need, _blocks(np.array(gives, dtype=np.int64), bs)])
+        p = self.p
+        want, give, free = self._schedule(run, run.tokens - run.computed, waiting, tokens, gen, free)
         if not _count(give):
             return False, free
-        free -= int(_sum(need))
-        run.held = run.held + need
         ctx = run.computed + give
         on = give > 0
         samples = on & (ctx == run.tokens)
@@ -477,20 +457,6 @@ class _VllmV1Pipeline(_VllmV1):
         inflight.append((t, ids, self.epoch[ids]))
         self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free)
         return True, free
-
-    def _sampled(self, run: _Running, ids, tokens, gen) -> int:
-        """A batch's tokens are back (now) for the running requests ``ids``; how many finish."""
-        got = np.isin(run.id, ids)
-        run.generated = run.generated + got
-        run.tokens = run.tokens + got
-        firsts = got & (run.generated == 1)
-        if _count(firsts):
-            self.first[run.id[firsts]] = self.now
-        later = got & (run.generated > 1)
-        if _count(later):
-            self.itl.append((self.now - run.last[later], 1))
-        run.last = np.where(got, self.now, run.last)
-        return self._finish(run, tokens, gen) if _count(got & (run.generated >= run.output)) else 0
 
 
 class _Static(_Sim):
