@@ -3,7 +3,7 @@
 Measures, on this machine, one core: building a deployment's step tables (once per
 deployment), and simulating N requests (default 10,000) of vLLM's random dataset (1024 in,
 256 out, range ratio 0.5) on vLLM v1's scheduler at a light, a moderate and a saturating
-rate, with no interval draws (each draw is one more simulation). Goal (README): 10,000
+rate (and on a pipeline of two stages), with no interval draws (each draw is one more simulation). Goal (README): 10,000
 requests in at most 1 s. Times are the minimum over repeats.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import time
 
-CASES = [  # (label, model, deployment keywords, request rates)
-    ("llama-3.1-8b h200", "llama-3.1-8b", dict(), (5.0, 20.0, float("inf"))),
-    ("mixtral-8x7b h200 tp2 fp8", "mixtral-8x7b", dict(tp=2, weights="fp8"), (10.0, float("inf"))),
+CASES = [  # (label, model, GPU, deployment keywords, request rates)
+    ("llama-3.1-8b h200", "llama-3.1-8b", "h200", dict(), (5.0, 20.0, float("inf"))),
+    ("mixtral-8x7b h200 tp2 fp8", "mixtral-8x7b", "h200", dict(tp=2, weights="fp8"), (10.0, float("inf"))),
+    ("llama-3-70b h100 tp2 pp2", "llama-3-70b", "h100-sxm", dict(tp=2, pp=2), (5.0, float("inf"))),
 ]
 
 
@@ -33,18 +34,18 @@ def main() -> None:
     from rooflinesim.serve.steps import StepTimes
     from rooflinesim.serve.traffic import random_requests
 
-    spec = load_spec("h200")
-    profile = resolve_profile(spec, None)
     print("| deployment | rate (req/s) | requests | engine steps | simulated (s) | build tables (s) |")
     print("|---|---|---|---|---|---|")
-    for label, name, kw, rates in CASES:
+    for label, name, gpu, kw, rates in CASES:
+        spec = load_spec(gpu)
+        profile = resolve_profile(spec, None)
         model, d = load_config(name), Deployment(**kw)
         t0 = time.perf_counter()
         steps = StepTimes(model, spec, profile, d, max_tokens=8192, max_seqs=1024, max_context=1536 + 384)
         build = time.perf_counter() - t0
         kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=0.9,
                              max_num_batched_tokens=8192, max_num_seqs=1024)
-        p = EngineParams("vllm", 8192, 1024, 16, kv // 16, 1.5e-4)
+        p = EngineParams("vllm", 8192, 1024, 16, kv // 16, 1.5e-4, stages=d.pp)
         for rate in rates:
             reqs = random_requests(args.requests, 1024, 256, rate=rate, range_ratio=0.5, seed=1)
             best, served = float("inf"), None
