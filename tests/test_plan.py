@@ -37,7 +37,13 @@ def test_the_cheapest_feasible_deployment_and_why_the_others_fail():
     # an 8B bf16 model's weights (16 GB) leave an L4 (24 GB) too little KV cache, or too slow a decode
     l4 = [r for r in out["rejected"] if r["gpu"] == "l4"]
     assert l4 and all(r["rejected"] in ("does not fit", "TPOT", "TTFT", "too many GPUs") and r["reason"] for r in l4)
-    assert out["pareto"][0] == best
+    # the front: cost up, the first SLO's latency down, never two as cheap as each other
+    front = out["pareto"]
+    assert front[0]["cost_per_hour"] == best["cost_per_hour"]
+    costs, latency = [r["cost_per_hour"] for r in front], [r["metrics"]["p99_ttft_ms"] for r in front]
+    assert all(a < b for a, b in zip(costs, costs[1:])) and all(a > b for a, b in zip(latency, latency[1:]))
+    cheapest = [r["metrics"]["p99_ttft_ms"] for r in out["feasible"] if r["cost_per_hour"] == costs[0]]
+    assert latency[0] == min(cheapest)
 
 
 def test_an_slo_nobody_meets_is_said():

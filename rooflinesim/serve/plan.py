@@ -518,7 +518,9 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     feasible = list(rows.values())
     front, best_latency = [], math.inf
     key = next(iter(slos))
-    for r in feasible:  # (cost ascending: a point joins the front when it lowers the latency)
+    # (cost ascending, and among equal costs the lowest latency first: a point joins the front
+    # when it lowers the latency, so one is never beside another as cheap and faster)
+    for r in sorted(feasible, key=lambda r: (r["cost_per_hour"], r["metrics"][key])):
         if r["metrics"][key] < best_latency:
             front.append(r)
             best_latency = r["metrics"][key]
