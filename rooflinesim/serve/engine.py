@@ -91,17 +91,22 @@ def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: i
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
     a request is sent when it is due and one in flight has finished); ``progress(k)``, if
     given, hears of every k requests finished."""
+    sim = engine_class(engine, p.stages)(reqs, steps, p, concurrency)
+    sim.progress = progress
+    return sim.run()
+
+
+def engine_class(engine: str, stages: int = 1):
+    """The simulation of ``engine`` on ``stages`` pipeline stages, or one sentence why none."""
     cls = {"vllm": _VllmV1, "static": _Static, "hf": _Static, "sglang": _SGLang, "trtllm": _TrtLlm}.get(engine)
     if cls is None:
         raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static, hf")
-    if p.stages > 1:
+    if stages > 1:
         if engine not in ("vllm", "static"):
             raise UserError(f"serve simulates pipeline parallelism (--pp above 1) for --engine vllm and static; "
                             f"{engine}'s pipeline scheduling is not modelled yet")
         cls = _VllmV1Pipeline if engine == "vllm" else cls
-    sim = cls(reqs, steps, p, concurrency)
-    sim.progress = progress
-    return sim.run()
+    return cls
 
 
 class _Sim:
@@ -322,7 +327,7 @@ class _VllmV1(_Sim):
         if waiting and n < p.max_num_seqs:  # (the cheap test first: one waiting may be admitted)
             i = waiting[0]
             g = min(int(tokens[i]), p.max_num_batched_tokens - n)
-            if g > 0 and -(-g // p.block_size) <= free:
+            if g > 0 and _blocks(g, p.block_size) <= free:
                 return False
         if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
             return False

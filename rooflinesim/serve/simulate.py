@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..models.deploy import Deployment
-from .engine import EngineParams, simulate
+from .engine import EngineParams, engine_class, simulate
 from .metrics import Served, summary
 from .residual import APPLIES_TO, log_sigma, met_probability, shipped, widen
 from .steps import StepTimes
@@ -166,8 +166,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp)
-    if d.pp > 1 and engine not in ("vllm", "static"):  # (before the tables are priced)
-        simulate(engine, Requests(np.zeros(1), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64)), None, p)
+    engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(longest, 2))
