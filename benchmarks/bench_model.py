@@ -2,14 +2,13 @@
 
 Measures, on this machine, with the spec and calibration profile loaded once:
   * one full prediction (prefill and decode, with the per-kernel breakdown of both) of
-    another random request each repeat: from the second prediction of a shape (points
-    per phase) on, a model's pricing is recorded once and replayed (models/recorded.py);
+    another random request each repeat;
   * one vectorized sweep of decode steps over 1,000 (batch, context) points, and of
     prefills over 1,000 (batch, prompt) points;
   * 1,000 random requests (batch, prompt, gen) priced as one array (predict_requests);
   * the cold wall time of one `predict model` CLI call in a fresh process;
-  * with --parts, the first and second predictions of a shape (priced as written, and
-    recorded), and where a replayed prediction's time goes.
+  * with --parts, the first prediction of a model (its plan found), and where a full
+    prediction's time goes.
 Goals (README): a full prediction under 1 ms; a 1,000-point sweep under 20 ms.
 Times are the minimum and the median over repeats (the minimum is the machine's speed,
 the median what a busy machine gives).
@@ -63,7 +62,7 @@ def _requests(n: int) -> list[dict]:
 
 def full_prediction(model, gpu, deploy, repeats):
     """One full prediction, prefill and decode with both tables, of another request each
-    repeat (the first repeats of a shape record its pricing; see models/recorded.py)."""
+    repeat."""
     from rooflinesim.models.workload import predict_model
 
     cfg, spec, prof, d = _setup(model, gpu, deploy)
@@ -77,52 +76,44 @@ def full_prediction(model, gpu, deploy, repeats):
     return timed(once, repeats)
 
 
-def first_predictions(model, gpu, deploy, repeats) -> dict:
-    """The first prediction of a shape (priced as written) and the second (recorded), ms."""
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _plan
+def first_prediction(model, gpu, deploy, repeats) -> float:
+    """The first prediction of a model and deployment in a process (its plan found), ms."""
+    from rooflinesim.models import plan as plans
     from rooflinesim.models.workload import predict_model
 
     cfg, spec, prof, d = _setup(model, gpu, deploy)
-    plan = _plan(cfg, d, ("prefill", "decode"))
-    out = {}
-    for label, calls in (("first prediction of a shape (priced as written)", 1),
-                         ("second prediction of a shape (recorded)", 2)):
-        times = []
-        for _ in range(repeats):
-            recorded.forget(plan)
-            for i in range(calls):
-                t0 = time.perf_counter()
-                predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
-            times.append(time.perf_counter() - t0)
-        out[label] = min(times) * 1e3
-    return out
+    times = []
+    for _ in range(repeats):
+        plans._plan.cache_clear()
+        t0 = time.perf_counter()
+        predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+        times.append(time.perf_counter() - t0)
+    return min(times) * 1e3
 
 
 def parts(model, gpu, deploy, repeats) -> dict:
-    """Where one full (replayed) prediction's time goes (ms, minimum over repeats of each
-    part run alone): the replayed pricing, the two tables, and the rest (the phases'
-    numbers, the combination into stages and steps, the result objects)."""
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _inputs, _plan
+    """Where one full prediction's time goes (ms, minimum over repeats of each part run
+    alone): building the kernels on the phases' points, pricing them, the two tables,
+    and the rest (the phases' numbers, the combination into stages and steps, the result
+    objects)."""
+    from rooflinesim.models.plan import _inputs, _plan, _price
     from rooflinesim.models.workload import predict_model
 
     cfg, spec, prof, d = _setup(model, gpu, deploy)
-    for _ in range(3):
-        r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
+    r = predict_model(cfg, spec, prof, d, batch=32, prompt=2048, gen=256)
     plan = _plan(cfg, d, ("prefill", "decode"))
     phases = [r.prefill.phase, r.decode.phase]
-    found = recorded.recording(plan, tuple(ph.n for ph in phases), spec, prof)
-    function = found.replays[0][0]
-    inputs = _inputs(phases)
-    out = {"replayed pricing": timed(lambda: function(*inputs), repeats)[0],
+    ns = tuple(ph.n for ph in phases)
+    args = plan.arguments(phases)
+    out = {"kernels built on the points": timed(lambda: [plan.built(j, _inputs(ph)) for j, ph in enumerate(phases)],
+                                                repeats)[0],
+           "arguments laid (the kernels built included)": timed(lambda: plan.arguments(phases), repeats)[0],
+           "pricing": timed(lambda: _price(plan, args, ns, spec, prof), repeats)[0],
            "tables": timed(lambda: (r.prefill.table(), r.decode.table()), repeats)[0]}
     whole = full_prediction(model, gpu, deploy, repeats)[0]
-    out["rest"] = whole - sum(out.values())
+    out["rest"] = whole - sum(v for k, v in out.items() if k != "kernels built on the points")
     out["whole"] = whole
-    out = {k: v * 1e3 for k, v in out.items()}
-    out["calls replayed"] = function.calls
-    return out
+    return {k: v * 1e3 for k, v in out.items()}
 
 
 def sweep_points(model, gpu, deploy, phase, n, repeats):
@@ -177,8 +168,9 @@ def main() -> None:
     if args.parts:
         for label, model, gpu, deploy in CASES:
             print(label)
-            for k, v in {**first_predictions(model, gpu, deploy, 10), **parts(model, gpu, deploy, max(args.repeats, 200))}.items():
-                print(f"  {k:50s} " + (f"{v:7.3f} ms" if isinstance(v, float) else f"{v:7d}"))
+            first = {"first prediction (the plan found)": first_prediction(model, gpu, deploy, 10)}
+            for k, v in {**first, **parts(model, gpu, deploy, max(args.repeats, 200))}.items():
+                print(f"  {k:50s} {v:7.3f} ms")
         return
     out: dict[str, float] = {}
     for label, model, gpu, deploy in CASES:

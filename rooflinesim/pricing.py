@@ -28,7 +28,6 @@ import numpy as np
 
 from .errors import UserError
 from .timing import Timing, _bound, _intensity, _is_zero, _scaled, corner, logistic, math_flops, sfu_rate
-from .trace import Var, asarray, record
 from .work import Work
 
 
@@ -134,7 +133,7 @@ class PricedTerms(_EndToEnd):
         has_tensor = any(t is not None for t in tensor)
         t_tensor = lay([0.0 if t is None else t for t in tensor]) if has_tensor else None
         t_aux = lay([it.aux_s(spec, fp32_peak) for it in items])
-        overlap = lay([x if isinstance(x := it.overlap_aux, (np.ndarray, Var)) else float(x) for it in items])
+        overlap = lay([x if isinstance(x := it.overlap_aux, np.ndarray) else float(x) for it in items])
         compute_scale = lay([it.compute_scale for it in items])
         if t_tensor is None:
             compute = _scaled(t_aux, compute_scale)
@@ -152,7 +151,7 @@ class PricedTerms(_EndToEnd):
             # (memory_scale, e.g. misaligned) does not slow down twice
             every = _all(large)
             size = p.large_bytes if every else np.where(large, p.large_bytes, 1.0)
-            x = np.log(np.maximum(asarray(hbm_bytes, dtype=float), 1.0) / size) / 0.05
+            x = np.log(np.maximum(np.asarray(hbm_bytes, dtype=float), 1.0) / size) / 0.05
             slow = np.maximum(memory_scale, 1 + logistic(x) * (1 / p.large_memory_efficiency - 1))
             memory_scale = slow if every else np.where(large, slow, memory_scale)
         hbm = _scaled(hbm_bytes / (bw * p.memory_efficiency), memory_scale)
@@ -216,7 +215,7 @@ class PricedTerms(_EndToEnd):
 def sequence_time(bound, seconds):
     """The extra time of a kernel that is not compute-bound where it runs among other
     kernels (see rules.in_sequence), per point of its ``bound``."""
-    return np.where(asarray(bound) != "compute", seconds, 0.0)
+    return np.where(np.asarray(bound) != "compute", seconds, 0.0)
 
 
 def price_terms(items: list[KernelTerms], spec, *, in_sequence: bool = False, shapes: list) -> "PricedTerms":
@@ -239,7 +238,7 @@ class _Apart(_EndToEnd):
         self.parts = parts
         for name in ("latency_s", "flops", "hbm_bytes"):
             setattr(self, name, self.lay([getattr(p, name) for p in parts]))
-        self.bound = np.concatenate([np.broadcast_to(asarray(p.bound, dtype=object), (n,))
+        self.bound = np.concatenate([np.broadcast_to(np.asarray(p.bound, dtype=object), (n,))
                                      for p, n in zip(parts, self.sizes)])
 
     def timing(self, i: int) -> Timing:
@@ -260,7 +259,7 @@ def _laid(values: list, shapes: list, sizes: list, offsets: list):
                 break
         else:
             return first
-    return record(_fill, values, shapes, sizes, offsets[-1])
+    return _fill(values, shapes, sizes, offsets[-1])
 
 
 def _fill(values: list, shapes: list, sizes: list, total: int) -> np.ndarray:
@@ -343,7 +342,7 @@ class PricedCollectives(_EndToEnd):
         for op in ops:
             if op.algorithm == "nvls" and not spec.interconnect.nvlink_sharp:
                 raise UserError(f"{spec.name} has no NVLink SHARP; use --algorithm ring or tree")
-            sizes = asarray(op.world_size)
+            sizes = np.asarray(op.world_size)
             if np.count_nonzero(sizes > spec.interconnect.gpus_per_node):
                 largest = float(np.max(sizes))
                 raise UserError(f"{spec.name} links {spec.interconnect.gpus_per_node} GPUs in a node; "
@@ -358,7 +357,7 @@ class PricedCollectives(_EndToEnd):
         fixed = lay([cp.latency_s for cp in cps]) + lay([w.link_steps for w in works]) * lay(
             [cp.step_latency_s for cp in cps])
         if any(cp.fill_latency_s for cp in cps):
-            size = lay([asarray(op.bytes, dtype=float) for op in ops])
+            size = lay([np.asarray(op.bytes, dtype=float) for op in ops])
             link = link - lay([cp.fill_latency_s for cp in cps]) * np.expm1(size / -lay([cp.fill_bytes for cp in cps]))
         self.latency_s = fixed + link
         self.link_s, self.launch_s = link, fixed

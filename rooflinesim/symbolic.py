@@ -8,11 +8,9 @@ sympy object is already in play, so numeric callers never pay for it.
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
 
 import numpy as np
 
-from .trace import Var, record
 
 
 def _sympy(*args):
@@ -60,25 +58,14 @@ def where(cond, a, b):
 
 
 def numeric_only(name: str, func, *args):
-    """``func(*args)`` for a quantity with no closed form: computed on numbers and arrays
-    (one call on a tape, :func:`rooflinesim.trace.record`), and for sympy arguments the
-    undefined function ``name`` of them."""
+    """``func(*args)`` for a quantity with no closed form: computed on numbers and arrays,
+    and for sympy arguments the undefined function ``name`` of them."""
     sp = _sympy(*args)
     if sp:
         return sp.Function(name)(*args)
-    return record(_recording(func), *args)
-
-
-@lru_cache(maxsize=None)
-def _recording(func):
-    """``func`` as a tape keeps it: a replay that meets values of another tape (a sizing
-    tape replayed while the pricing records) records the call there in turn."""
-    def call(*args):
-        return record(func, *args)
-    return call
+    return func(*args)
 
 
 def is_symbolic(*args) -> bool:
-    """Whether any argument stands for numbers: a sympy object, or a value recorded on a
-    tape (:mod:`rooflinesim.trace`)."""
-    return _sympy(*args) is not None or any(isinstance(a, Var) for a in args)
+    """Whether any argument is a sympy object."""
+    return _sympy(*args) is not None

@@ -6,13 +6,11 @@ itself is in :mod:`.pricing`; :func:`rooflinesim.predict.predict` hands an op to
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from .trace import Var, asarray, record
 from .work import Work
 
 BOUNDS = ("compute", "hbm", "l2", "link", "launch", "host")
@@ -55,7 +53,7 @@ def with_fields(t: Timing, **changes) -> Timing:
 
 
 def _plain(x):
-    a = asarray(x)
+    a = np.asarray(x)
     if a.ndim == 0:
         v = a.item()
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
@@ -67,7 +65,7 @@ def corner(terms, p):
     top = terms[0]
     for t in terms[1:]:
         top = np.maximum(top, t)
-    if not isinstance(top, (np.ndarray, Var)) or top.ndim == 0:
+    if not isinstance(top, np.ndarray) or top.ndim == 0:
         return _scalar_corner([float(t) for t in terms], p)
     if p is None:
         return top
@@ -128,7 +126,7 @@ def _bound(named: dict):
     shape = np.broadcast_shapes(*(np.shape(v) for v in values))
     if not shape:
         return max(named, key=lambda k: float(named[k]))
-    return record(operator.getitem, _names(tuple(named)), record(_largest, values, shape))
+    return _names(tuple(named))[_largest(values, shape)]
 
 
 def _largest(values: list, shape: tuple) -> np.ndarray:
@@ -151,8 +149,8 @@ def sfu_rate(spec, fp32_peak=None):
 
 
 def _intensity(flops, hbm_bytes):
-    b = asarray(hbm_bytes, dtype=float)
-    f = asarray(flops, dtype=float)
+    b = np.asarray(hbm_bytes, dtype=float)
+    f = np.asarray(flops, dtype=float)
     if b.ndim == 0 and f.ndim == 0:
         return float(f) / float(b) if b > 0 else np.inf
     if b.size and _all_positive(b):

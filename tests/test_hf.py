@@ -20,7 +20,7 @@ from rooflinesim.models.hf import category, inventory
 from rooflinesim.models.presets import preset_names, preset_path
 from rooflinesim.models.workload import Phase, predict_model, price_phases
 
-from helpers import replayed_and_as_written, run_cli
+from helpers import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "measurements" / "h200-sxm"
 SPEC = load_spec("h200")
@@ -157,25 +157,6 @@ def test_cli_engine_hf():
     for bad in (["--engine", "hf", "--tp", "2"], ["--hf-cache", "static"], ["--engine", "hf", "--chunk", "64"]):
         code, out, err = run_cli(["predict", "model", "--model", "llama-3.1-8b", "--gpu", "h200", *bad])
         assert code == 2 and "Traceback" not in out + err, (out, err)
-
-
-def test_every_preset_replays_as_written_with_transformers_kernels():
-    """Recorded at one request and replayed at another, transformers' kernels give the
-    numbers of the code run directly (both caches, eager and not)."""
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _plan
-
-    for name in preset_names():
-        m = load_config(name)
-        for d in (HF, Deployment(kernels="hf", eager=True)):
-            for kw in (dict(batch=3, prompt=700, gen=40), dict(batch=3, prompt=700, gen=40)):
-                predict_model(m, SPEC, PROFILE, d, **kw)  # (priced as written, then recorded)
-            kw = dict(batch=5, prompt=3000, gen=300)
-            got, want = replayed_and_as_written(predict_model, m, SPEC, PROFILE, d, **kw)
-            for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
-                assert np.allclose(a.latency_s, b.latency_s, rtol=1e-9, atol=0), (name, d.hf_cache)
-                assert np.allclose(a.step_s, b.step_s, rtol=1e-9, atol=0), (name, d.hf_cache)
-            assert recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), SPEC, PROFILE).error is None
 
 
 @pytest.mark.parametrize("eager", [False, True])

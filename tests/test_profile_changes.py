@@ -1,5 +1,5 @@
-"""A changed profile changes the next prediction, whichever path priced the last one (a
-model's pricing is recorded and replayed from its second prediction of a shape on): in
+"""A changed profile changes the next prediction, however often the same shape was priced
+before (what a prediction keeps between calls is keyed by the parameters' values): in
 memory (parameters are frozen; a changed profile is a new one, or a table entry replaced)
 and in a file."""
 
@@ -38,9 +38,9 @@ def test_parameters_cannot_change_in_place():
         profile.kind = "ideal"
 
 
-def test_a_new_profile_reprices_a_recorded_model():
+def test_a_new_profile_reprices_a_model():
     profile = resolve_profile(H200, None)
-    before = [_tpot(profile) for _ in range(3)]  # (the second and third replay a recording)
+    before = [_tpot(profile) for _ in range(3)]
     slower = _slower_gemms(profile)
     after = _tpot(slower)
     # batch 64 decode of an 8B model: its GEMMs are partly compute-bound
@@ -51,7 +51,7 @@ def test_a_new_profile_reprices_a_recorded_model():
     assert predict(g, H200, slower).latency_s > 1.8 * predict(g, H200, profile).latency_s
 
 
-def test_a_table_entry_replaced_reprices_a_recorded_model():
+def test_a_table_entry_replaced_reprices_a_model():
     profile = resolve_profile(H200, None).model_copy(deep=True)
     for _ in range(3):
         before = _tpot(profile)

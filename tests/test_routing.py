@@ -1,5 +1,5 @@
 """The busiest expert under uniform top-k routing: exact values, Monte Carlo, bounds, and
-the ways it is computed (curve or direct, recorded on a tape, sympy)."""
+the ways it is computed (curve or direct, sympy)."""
 
 import math
 from pathlib import Path
@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from rooflinesim.ops import MoE
 from rooflinesim.ops.routing import busiest_direct, expected_busiest, expected_touched, sample_loads
-from rooflinesim.trace import Tape
 
 TABLE = yaml.safe_load((Path(__file__).parent / "data" / "busiest_expert.yaml").read_text(encoding="utf-8"))
 
@@ -128,28 +127,3 @@ def test_sympy_gets_an_undefined_function():
     assert isinstance(rows, sp.Function("busiest")) and rows.args == (t, e, k)
     w = MoE(tokens=t, hidden=64, ffn=64, experts=e, top_k=k, ep=2).work()  # the busiest GPU's rows
     assert w.tensor_flops["bf16"].has(sp.Function("busiest"))
-
-
-def test_recorded_on_a_tape_it_replays_the_numbers():
-    tokens = [np.array([3.0, 64.0, 5000.0])]
-    tape = Tape.recording(tokens)
-    (t,) = tape.variables()
-    op = MoE(tokens=t, hidden=64, ffn=64, experts=64, top_k=6, ep=4)
-    out = tape.function([op.rows_per_gpu()])
-    other = np.array([1.0, 17.0, 123456.0])
-    (replayed,) = out(other)
-    np.testing.assert_allclose(replayed, MoE(tokens=other, hidden=64, ffn=64, experts=64, top_k=6,
-                                             ep=4).rows_per_gpu(), rtol=1e-12)
-
-
-def test_a_sizing_tape_replayed_while_recording_takes_no_values():
-    # a model's sizes are a tape of their own, replayed on the values of the pricing's
-    # recording: the busiest expert is a call there too, not a value taken out (a guard)
-    sizing = Tape(1)
-    (t,) = sizing.variables()
-    sizes = sizing.function([expected_busiest(t, 64, 6)])
-    outer = Tape.recording([np.array([3.0, 50.0])])
-    (rows,) = sizes(*outer.variables())
-    assert not outer.guards
-    (replayed,) = outer.function([rows])(np.array([7.0, 900.0]))
-    np.testing.assert_allclose(replayed, expected_busiest(np.array([7.0, 900.0]), 64, 6), rtol=1e-12)

@@ -17,7 +17,6 @@ from rooflinesim.models import presets
 from rooflinesim.models.config import from_hf_dict, load_config
 from rooflinesim.models.deploy import Deployment, max_batch, shard
 from rooflinesim.models.workload import predict_model, sweep
-from helpers import priced_as_written, replayed_and_as_written
 
 H100 = load_spec("h100")
 H200 = load_spec("h200")
@@ -281,110 +280,6 @@ def test_each_kernel_is_priced_as_alone(model, deploy, batch, prompt, chunk):
                 assert close(np.broadcast_to(o.kernel.args[f], (n,)), np.broadcast_to(v, (n,))), (o.name, f)
             alone = in_sequence(predict(k.op, H200, FITTED)).latency_s  # (eager: the GPU side)
             assert close(np.broadcast_to(alone * k.mask, (n,)), o.latency_s), o.name
-
-
-REPLAYED = [("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, weights="fp8")),
-            ("mixtral-8x7b", dict(tp=2, weights="fp8")),
-            ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
-            ("llama-3-70b", dict(tp=2, pp=2, sequence_parallel=True)),
-            ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")),
-            ("qwen2-72b", dict(tp=4, eager=True, weights="int4")), ("deepseek-v2-lite", dict(attention="naive")),
-            ("qwen2-72b", dict(tp=8, weights="int4"))]  # (widths of 3,696: misaligned GEMMs, priced as tiled)
-
-
-@pytest.mark.parametrize("model,deploy", REPLAYED)
-@settings(max_examples=12, deadline=None)
-@given(batch=st.integers(1, 256), prompt=st.integers(1, 9000), gen=st.integers(1, 600),
-       chunk=st.sampled_from([None, 512, 1500]))
-def test_a_replayed_prediction_is_the_one_priced_as_written(model, deploy, batch, prompt, gen, chunk):
-    # a plan's pricing is recorded at its second prediction of a shape, and replayed
-    # after: the replay must give the very numbers of the code run directly
-    from rooflinesim.models import recorded, workload
-    from rooflinesim.models.plan import _plan
-
-    m, d = load_config(model), Deployment(**deploy)
-    plan = _plan(m, d, ("prefill", "decode"))
-    recorded.forget(plan)
-    kw = dict(batch=batch, prompt=prompt, gen=gen, chunk=chunk)
-    for _ in range(3):  # (priced as written, recorded, replayed)
-        got = predict_model(m, H200, FITTED, d, **kw)
-    found = recorded.recording(plan, (got.prefill.phase.n, got.decode.phase.n), H200, FITTED)
-    assert found.error is None and len(found.replays) == 1 and found.misses == 0
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workload, "plan_priced", priced_as_written)
-        want = predict_model(m, H200, FITTED, d, **kw)
-    for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
-        assert close(a.step_s, b.step_s) and close(a.stage_s, b.stage_s)
-        assert close(a.latency_s, b.latency_s)
-        assert close(a.priced.flops, b.priced.flops) and close(a.priced.hbm_bytes, b.priced.hbm_bytes)
-        assert np.array_equal(a.priced.bound, b.priced.bound) and same_table(a.table(), b.table())
-        for x, y in zip(a.ops, b.ops):  # (the sizes, replayed when asked for)
-            assert all(close(v, y.kernel.args[f]) for f, v in x.kernel.args.items())
-        assert close(a.ops[0].timing.latency_s, b.ops[0].timing.latency_s)
-
-
-def test_every_preset_replays_as_written():
-    # every preset, plain and sharded eight ways with fp8 weights and KV cache: recorded at
-    # one request, replayed at another, the numbers of the code run directly
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _plan
-    from rooflinesim.models.presets import preset_names
-
-    checked = {"plain": 0, "tp8": 0}
-    for name in preset_names():
-        m = load_config(name)
-        for deploy in (dict(), dict(tp=8, weights="fp8", kv_cache="fp8")):
-            try:
-                d = Deployment(**deploy)
-                for kw in (dict(batch=3, prompt=700, gen=40), dict(batch=3, prompt=700, gen=40)):
-                    predict_model(m, H200, FITTED, d, **kw)  # (priced as written, then recorded)
-            except UserError as e:  # (eight-way sharding that does not divide the model, said so)
-                assert deploy and "8" in str(e), (name, str(e))
-                continue
-            checked["tp8" if deploy else "plain"] += 1
-            kw = dict(batch=57, prompt=5000, gen=300)
-            got, want = replayed_and_as_written(predict_model, m, H200, FITTED, d, **kw)
-            for a, b in ((got.prefill, want.prefill), (got.decode, want.decode)):
-                assert close(a.latency_s, b.latency_s) and same_table(a.table(), b.table()), (name, deploy)
-            found = recorded.recording(_plan(m, d, ("prefill", "decode")), (1, 4), H200, FITTED)
-            assert found.error is None and found.replays, (name, deploy)
-    # (every preset priced plainly, and most of them sharded eight ways: the loop cannot skip them all)
-    assert checked["plain"] == len(preset_names()) and checked["tp8"] >= len(preset_names()) // 2, checked
-
-
-@pytest.mark.parametrize("model,deploy", REPLAYED[:4])
-def test_predictions_of_one_shape_replay_one_recording(model, deploy):
-    # the benchmark's deployments: predictions at any batch, prompt and gen (one prompt
-    # chunk, four decode points) replay one recording, whose guards hold
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _plan
-
-    m, d = load_config(model), Deployment(**deploy)
-    plan = _plan(m, d, ("prefill", "decode"))
-    recorded.forget(plan)  # (other tests' recordings are of other numbers)
-    rng = np.random.default_rng(3)
-    for _ in range(12):
-        predict_model(m, H200, FITTED, d, batch=int(rng.integers(1, 512)), prompt=int(rng.integers(16, 32000)),
-                      gen=int(rng.integers(8, 2000)))
-    found = recorded.recording(plan, (1, 4), H200, FITTED)
-    assert len(found.replays) == 1 and found.misses == 0
-
-
-def test_recordings_kept_are_the_most_recent(monkeypatch):
-    from rooflinesim.models import recorded
-    from rooflinesim.models.plan import _plan
-
-    monkeypatch.setattr(recorded, "KEPT", 2)
-    recorded.forget()
-    m = load_config("llama-3.1-8b")
-    plan = _plan(m, Deployment(), ("prefill", "decode"))
-    for chunk in (None, 1000, 700, None):  # shapes (1, 4), (3, 4), (3, 4), (1, 4)
-        predict_model(m, H200, FITTED, batch=2, prompt=2048, gen=64, chunk=chunk)
-    assert recorded.recording(plan, (1, 4), H200, FITTED) is not None
-    assert recorded.recording(plan, (3, 4), H200, FITTED).replays  # (its second prediction recorded it)
-    predict_model(m, H200, FITTED, batch=2, prompt=2048, gen=64, chunk=500)  # (5, 4): a third shape
-    assert recorded.recording(plan, (3, 4), H200, FITTED) is None  # (the least recently used)
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

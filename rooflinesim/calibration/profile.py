@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
 
-# frozen: a prediction may keep what it derived from a profile's parameters (a plan's recorded
-# pricing), so a parameter never changes in place; a changed profile is a new one
+# frozen: a prediction may keep what it derived from a profile's parameters (per-point
+# parameters, serve's step tables), so a parameter never changes in place; a changed profile is a new one
 # (``model_copy(update=...)``), and ``Profile.key`` tells the two apart
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 

@@ -2,15 +2,13 @@
 
 Which kernels a step runs, how often each runs on each stage, and which of them
 stack into one op (same class, same settings) depend on the model and the deployment only:
-a plan finds them once per pair (``_plan``), building the kernels on recorded stand-ins for
-a phase's batch, lengths and logits flag (``rooflinesim.trace``). A prediction replays the
-recorded arithmetic on the phase's points (prefill chunks, decode contexts, or a sweep),
-lays the sizes straight into each group's stacked arguments, and prices the groups in a
-few passes: the rules' roofline terms of every group at once (``PricedTerms``), the
-collectives at once, an attention backend's prefill and decode kernels as one group with
-each regime's parameters per point. Per point, the arithmetic is that of each kernel priced
-alone. That pricing is itself recorded and replayed for predictions of the same shape
-(:mod:`.recorded`).
+a plan finds them once per pair (``_plan``). A prediction builds the kernels on the
+phases' points (prefill chunks, decode contexts, or a sweep; the sizes are arrays over
+them), lays the sizes that follow the points into each group's stacked arguments (the
+others are laid once per number of points), and prices the groups in a few passes: the
+rules' roofline terms of every group at once (``PricedTerms``), the collectives at once,
+an attention backend's prefill and decode kernels as one group with each regime's
+parameters per point. Per point, the arithmetic is that of each kernel priced alone.
 """
 
 from __future__ import annotations
@@ -26,13 +24,12 @@ from ..pricing import PricedCollectives, price_terms
 from ..rules import PER_POINT, in_sequence, terms_for
 from ..predict import predict
 from ..timing import Timing, with_fields
-from ..trace import Tape, Var, asarray, record
 from .deploy import Deployment, shard
 from .hf import hf_kernels
 from .kernels import Kernel, Phase, _all_args, phase_kernels
 
 
-_NUMBERS = (int, float, np.ndarray, np.float64, np.int64, Var)
+_NUMBERS = (int, float, np.ndarray, np.float64, np.int64)
 
 
 def _numeric(v) -> bool:
@@ -119,23 +116,17 @@ def _groups(lists: list[list[Kernel]]) -> tuple[_Group, ...]:
 
 class _Plan:
     """The structure of the kernels of some phases of a model under a deployment: it
-    depends on neither the batch nor the lengths, so it is found once per pair. The
-    kernels are built once, on stand-ins for each phase's batch, query length, key
-    length and logits flag (``trace``): a prediction replays the arithmetic that sizes
-    them and lays the sizes straight into the groups' stacked arguments."""
+    depends on neither the batch nor the lengths, so it is found once per pair, from the
+    kernels built on one point. An argument that is an array there follows the phase's
+    points (batch, query length, key length, logits flag); the others are constants."""
 
     def __init__(self, model, d: Deployment, names: tuple):
-        self.sharding = sh = shard(model, d)
-        self.tapes, self.kernels = [], []
-        build = hf_kernels if d.kernels == "hf" else phase_kernels
-        for name in names:
-            tape = Tape(len(_INPUTS))
-            b, q, k, logits = tape.variables()
-            self.kernels.append(build(model, d, Phase(name, batch=b, seq_q=q, seq_kv=k, sequences=1,
-                                                              logits=logits), sh))
-            self.tapes.append(tape)
+        self.model, self.deployment, self.names = model, d, names
+        self.sharding = shard(model, d)
+        self.build = hf_kernels if d.kernels == "hf" else phase_kernels
+        self.kernels = [self.built(j, [np.ones(1)] * len(_INPUTS)) for j in range(len(names))]
         self.sizes = tuple(len(ks) for ks in self.kernels)
-        self.layouts = tuple(_layout(ks, sh, d) for ks in self.kernels)
+        self.layouts = tuple(_layout(ks, self.sharding, d) for ks in self.kernels)
         self.groups = _groups(self.kernels)
         members = [m for g in self.groups for m in g.members]
         self.member_phase = np.array([j for j, _ in members])
@@ -147,66 +138,56 @@ class _Plan:
         self.fields = [{f.name: getattr(op, f.name) for f in fields(g.cls)}
                        for g, args in zip(self.groups, probe.groups) for op in (g.op(args),)]
 
+    def built(self, j: int, inputs: list) -> list[Kernel]:
+        """Phase ``j``'s kernels at ``inputs``: its batch, query length, key length and
+        logits flag, as arrays over its points (_INPUTS)."""
+        b, q, k, logits = inputs
+        return self.build(self.model, self.deployment, Phase(self.names[j], batch=b, seq_q=q, seq_kv=k,
+                                                             sequences=1, logits=logits), self.sharding)
+
     def arguments(self, phases: list[Phase]) -> "_Arguments":
-        """The groups' stacked numeric arguments, and the kernels' masks, at ``phases``."""
-        return self.arguments_at(_inputs(phases), tuple(ph.n for ph in phases))
-
-    def arguments_at(self, inputs: list, ns: tuple) -> "_Arguments":
-        """``arguments`` at the phases' ``inputs`` (_inputs) over ``ns`` points."""
+        """The groups' stacked numeric arguments, the kernels' masks, and the kernels
+        themselves, at ``phases``."""
+        ns = tuple(ph.n for ph in phases)
         places = self._places.get(ns) or self._place(ns)
-        values = [self.sizes_at(inputs, j) for j in range(len(self.tapes))]
-        pieces = [np.concatenate([values[j][v] for v in nodes]) if nodes else None
-                  for j, (_, nodes) in enumerate(places.dynamic)]
-        laid = record(_lay, places.constants, places.dynamic, pieces)
+        kernels = [self.built(j, _inputs(ph)) for j, ph in enumerate(phases)]
         constants = places.constants
-        groups = [{f: (laid if replayed else constants)[a:b] for f, (a, b, replayed) in spans.items()}
+        if places.dynamic:
+            laid = constants.copy()
+            for a, b, j, i, f in places.dynamic:
+                laid[a:b] = kernels[j][i].args[f]
+        groups = [{f: (laid if follows else constants)[a:b] for f, (a, b, follows) in spans.items()}
                   for spans in places.spans]
-        masks = [[(i, values[j][v]) for i, v in m] for j, m in enumerate(places.masks)]
-        return _Arguments(groups, masks, values)
-
-    def sizes_at(self, inputs: list, j: int) -> list:
-        """Every value of phase ``j``'s recorded sizing (its stand-ins first) at the
-        phases' ``inputs`` (_inputs)."""
-        k = len(_INPUTS)
-        return self.tapes[j].replay(inputs[j * k:(j + 1) * k])
+        masks = [[(i, kernels[j][i].mask) for i in m] for j, m in enumerate(places.masks)]
+        return _Arguments(groups, masks, kernels)
 
     def _place(self, ns: tuple) -> "_Places":
         """Where each member's value of each stacked argument lies at ``ns`` points: the
-        constants laid once, and the positions of the replayed values, per phase."""
-        constants, spans, at = [], [], 0
-        dynamic = [([], []) for _ in ns]
+        constants laid once, and the spans of the values that follow the points."""
+        constants, spans, dynamic, at = [], [], [], 0
         for g in self.groups:
             span = {}
             for f in g.numeric:
-                start, replayed = at, False
+                start, follows = at, False
                 for j, i in g.members:
                     v, n = self.kernels[j][i].args[f], ns[j]
-                    if isinstance(v, Var):
-                        dynamic[j][0].append(np.arange(at, at + n))
-                        dynamic[j][1].append(v.index)
+                    if _follows(v):
+                        dynamic.append((at, at + n, j, i, f))
                         constants.append(np.zeros(n))
-                        replayed = True
+                        follows = True
                     else:
                         constants.append(np.full(n, v, dtype=float))
                     at += n
-                span[f] = (start, at, replayed)
+                span[f] = (start, at, follows)
             spans.append(span)
-        masks = [[(i, k.mask.index) for i, k in enumerate(ks) if isinstance(k.mask, Var)] for ks in self.kernels]
+        masks = [[i for i, k in enumerate(ks) if _follows(k.mask)] for ks in self.kernels]
         constants = np.concatenate(constants) if constants else np.zeros(0)
         constants.setflags(write=False)  # (the arguments that no phase's numbers change are views of it)
-        places = _Places(constants,
-                         [(np.concatenate(p) if p else None, nodes) for p, nodes in dynamic], spans, masks)
+        places = _Places(constants, tuple(dynamic), spans, masks)
         if len(self._places) > _KEPT:
             self._places.clear()
         self._places[ns] = places
         return places
-
-    def materialize(self, j: int, values: list) -> list[Kernel]:
-        """Phase ``j``'s kernels with the replayed ``values`` in place of the stand-ins."""
-        def num(v):
-            return values[v.index] if isinstance(v, Var) else v
-
-        return [k._replace(args={f: num(v) for f, v in k.args.items()}, mask=num(k.mask)) for k in self.kernels[j]]
 
     def rows(self, ns: tuple) -> np.ndarray:
         """For the groups' stacked points, end to end: where each lands in the phases'
@@ -229,23 +210,19 @@ class _Plan:
         return self._sources[ns]
 
 
+def _follows(v) -> bool:
+    """Whether a kernel's argument follows the phase's points: built on arrays of them, it
+    is an array (or a numpy number) where a constant is a plain one."""
+    return isinstance(v, (np.ndarray, np.generic))
+
+
 _INPUTS = ("batch", "seq_q", "seq_kv", "logits")  # the phase's numbers the kernels' sizes follow
 _KEPT = 64  # layouts a plan keeps, per distinct number of points of its phases
 
 
-def _inputs(phases: list[Phase]) -> list:
-    """The phases' numbers the kernels' sizes follow, phase by phase (_INPUTS), as arrays
-    over each phase's points."""
-    return [_points(getattr(ph, f), ph.n) for ph in phases for f in _INPUTS]
-
-
-def _lay(constants: np.ndarray, dynamic: list, pieces: list) -> np.ndarray:
-    """The stacked arguments: the constants with each phase's replayed values in place."""
-    laid = constants.copy()
-    for (at, _), piece in zip(dynamic, pieces):
-        if piece is not None:
-            laid[at] = piece
-    return laid
+def _inputs(ph: Phase) -> list:
+    """The phase's numbers the kernels' sizes follow (_INPUTS), as arrays over its points."""
+    return [_points(getattr(ph, f), ph.n) for f in _INPUTS]
 
 
 def _points(x, n: int) -> np.ndarray:
@@ -258,16 +235,16 @@ def _points(x, n: int) -> np.ndarray:
 
 
 class _Places(NamedTuple):
-    constants: np.ndarray  # every stacked argument, end to end, replayed values left 0
-    dynamic: list  # per phase: (positions of its replayed values, their tape indices)
-    spans: list  # per group: field -> (start, end) in the stacked arguments, whether any is replayed
-    masks: list  # per phase: (kernel, tape index) of the masks that follow the phase
+    constants: np.ndarray  # every stacked argument, end to end, the values that follow the points left 0
+    dynamic: tuple  # (start, end, phase, kernel, field) of each argument that follows the points
+    spans: list  # per group: field -> (start, end) in the stacked arguments, whether any follows the points
+    masks: list  # per phase: the kernels whose masks follow the points
 
 
 class _Arguments(NamedTuple):
     groups: list  # per group: field -> its stacked values
     masks: list  # per phase: (kernel, mask per point)
-    values: list  # per phase: every replayed value
+    kernels: list  # per phase: its kernels, built on its points
 
 
 @lru_cache(maxsize=128)
@@ -348,7 +325,7 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
         for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
             piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
     stacked = np.stack([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
-    bound = asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
+    bound = np.asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
     # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
     # follow the layout of its operands)
     order = plan.sources(ns)

@@ -20,8 +20,7 @@ from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from .hf import check as hf_check
 from .kernels import Kernel, Phase, phase_kernels
-from .plan import _Priced, _plan, _row_sums, _slice_timing
-from .recorded import priced as plan_priced
+from .plan import _price, _Priced, _plan, _row_sums, _slice_timing
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "RequestTimes", "phase_kernels",
            "predict_model", "predict_requests", "price_phases", "sweep"]
@@ -64,16 +63,11 @@ class PhaseResult:
     phase: Phase
     step_s: np.ndarray  # per point
     stage_s: np.ndarray  # [stage, point]: one microbatch's pass through each stage
-    values: Any = field(repr=False)  # a function: the plan's replayed values at this phase's points
+    kernels: list[Kernel] = field(repr=False)  # every kernel of one step, its arguments over the phase's points
     counts: np.ndarray = field(repr=False)  # runs per forward, per kernel
     latency_s: np.ndarray = field(repr=False)  # [kernel, point], per run, masked
     priced: _Priced = field(repr=False)
     weights: np.ndarray = field(repr=False)  # how points combine into the phase's time
-
-    @cached_property
-    def kernels(self) -> list[Kernel]:
-        """Every kernel of one step, with its arguments over the phase's points."""
-        return self.priced.plan.materialize(self.priced.phase, self.values())
 
     @property
     def time_s(self) -> float:
@@ -142,7 +136,7 @@ class PhaseResult:
 _FAMILY = {"Gemm": "gemm", "Attention": "attention", "MoE": "moe", "Collective": "collective"}
 
 
-def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deployment,
+def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployment,
              host_per_launch_s: float = 0.0, profile=None) -> PhaseResult:
     """``masks``: (kernel, mask per point) of the kernels that some steps skip;
     ``host_per_launch_s``: with ``d.eager``, the host time of each kernel launched from
@@ -176,7 +170,7 @@ def _combine(ph: Phase, masks: list, values: list, priced: _Priced, d: Deploymen
     if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
-    return PhaseResult(ph, step, stage_s, values, layout.counts, lat, priced, weights)
+    return PhaseResult(ph, step, stage_s, kernels, layout.counts, lat, priced, weights)
 
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
@@ -185,9 +179,10 @@ def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[Phase
         from ..calibration.profile import IDEAL  # (imported here: it imports pydantic)
 
         profile = IDEAL
-    found, priced = plan_priced(plan, phases, spec, profile)
+    args = plan.arguments(phases)
+    priced = _price(plan, args, tuple(ph.n for ph in phases), spec, profile)
     host = host_per_launch(d, profile) if d.eager else 0.0
-    return [_combine(ph, m, v, p, d, host, profile) for ph, (m, v), p in zip(phases, found, priced)]
+    return [_combine(ph, m, ks, p, d, host, profile) for ph, m, ks, p in zip(phases, args.masks, args.kernels, priced)]
 
 
 def _host_extra(keys: tuple, profile) -> np.ndarray:

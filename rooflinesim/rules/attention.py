@@ -9,7 +9,6 @@ from ..attention_kernels import kernel_of
 from ..ops.attention import Attention
 from ..pricing import KernelTerms, price_one
 from ..timing import Timing
-from ..trace import asarray
 from .common import _on, _plain, _require, _wave_efficiency, by_regime, params_by_regime
 
 
@@ -27,9 +26,9 @@ VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
 #          the sm90 kernel, which neither packs nor splits.
 #   efficient (CUTLASS): head dims above 128 keep the accumulator in global memory.
 ATTENTION_REGIMES = {
-    "sdpa-cudnn": (("decode", lambda op, sms: (asarray(op.seq_q) == 1) & (asarray(op.head_dim) <= 128)),
-                   ("decode_wide", lambda op, sms: (asarray(op.seq_q) == 1) & (asarray(op.head_dim) > 128))),
-    "sdpa-efficient": (("wide", lambda op, sms: asarray(op.head_dim) > 128),),
+    "sdpa-cudnn": (("decode", lambda op, sms: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) <= 128)),
+                   ("decode_wide", lambda op, sms: (np.asarray(op.seq_q) == 1) & (np.asarray(op.head_dim) > 128))),
+    "sdpa-efficient": (("wide", lambda op, sms: np.asarray(op.head_dim) > 128),),
     "sdpa-flash": (("causal_split", lambda op, sms: _fa2_causal_split(op, sms)),),
 }
 
@@ -39,7 +38,7 @@ def fa2_splits(blocks, key_blocks, slots, max_splits=128):
     else the fewest splits whose wave efficiency is within 85% of the best (a split
     count is eligible only if it changes the keys per split)."""
     shape = np.broadcast_shapes(np.shape(blocks), np.shape(key_blocks))
-    blocks, key_blocks = (np.broadcast_to(asarray(x, dtype=float), shape) for x in (blocks, key_blocks))
+    blocks, key_blocks = (np.broadcast_to(np.asarray(x, dtype=float), shape) for x in (blocks, key_blocks))
     s = np.arange(1.0, max_splits + 1).reshape((-1,) + (1,) * blocks.ndim)
     cap = np.minimum(np.minimum(max_splits, slots), key_blocks)
     eligible = (s <= cap) & ((s == 1) | (np.ceil(key_blocks / s) != np.ceil(key_blocks / np.maximum(s - 1, 1))))
@@ -54,9 +53,9 @@ def _packed_rows(op: Attention):
     """(single-token mask, query rows per block group, block groups): the query heads that
     share a KV head are packed into one block's rows (GQA), so a decode step fills group x
     seq_q rows (the decode kernels do this for single-token queries only)."""
-    seq_q = asarray(op.seq_q)
+    seq_q = np.asarray(op.seq_q)
     one = seq_q == 1
-    group_rows = np.where(one, asarray(op.heads / op.kvh), 1.0) * seq_q
+    group_rows = np.where(one, np.asarray(op.heads / op.kvh), 1.0) * seq_q
     return one, group_rows, op.batch * np.where(one, op.kvh, op.heads)
 
 
@@ -66,16 +65,16 @@ def _fa2_split_count(op: Attention, sms, packed=None):
     of 256/128/64 by head dim, against two blocks per SM. ``packed``: _packed_rows(op),
     where the caller has it."""
     _, group_rows, heads = _packed_rows(op) if packed is None else packed
-    d = asarray(op.head_dim)
+    d = np.asarray(op.head_dim)
     block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
-    return fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(asarray(op.seq_kv) / block_n), 2 * sms)
+    return fa2_splits(heads * np.ceil(group_rows / 64), np.ceil(np.asarray(op.seq_kv) / block_n), 2 * sms)
 
 
 def _fa2_causal_split(op: Attention, sms):
     """Causal prefills that FlashAttention-2 splits (too few query blocks to fill the
     GPU): they run its split-KV kernel, slower on them than its regular kernel's model
     (seen on the H200), with parameters of their own."""
-    return asarray(op.causal) & (asarray(op.seq_q) > 1) & (_fa2_split_count(op, sms) > 1)
+    return np.asarray(op.causal) & (np.asarray(op.seq_q) > 1) & (_fa2_split_count(op, sms) > 1)
 
 
 def _attention_choice(op: Attention, spec, profile) -> list:
@@ -115,7 +114,7 @@ def attention_regimes(op: Attention, sms: int, backend: str) -> list:
     point taking it; the last, named "", is the backend's own kernel."""
     out, taken = [], np.zeros(np.shape(op.seq_q * op.head_dim * op.batch), dtype=bool)
     for name, pick in ATTENTION_REGIMES.get(backend, ()):
-        mask = asarray(pick(op, sms), dtype=bool) & ~taken
+        mask = np.asarray(pick(op, sms), dtype=bool) & ~taken
         out.append((name, mask))
         taken = taken | mask
     out.append(("", ~taken))
@@ -129,7 +128,7 @@ def _attention_time(op: Attention, spec, p) -> Timing:
 def _attention_terms(op: Attention, spec, p) -> KernelTerms:
     scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
     sms = spec.chip.sm_count
-    seq_q = asarray(op.seq_q)
+    seq_q = np.asarray(op.seq_q)
     rows = op.batch * op.heads * seq_q
     keys_per_query = op.pairs() / rows
     computed = keys_per_query
@@ -137,8 +136,8 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         # diagonal blocks of causal attention are computed whole, then masked: never more
         # keys than the cache holds, rounded up to whole key tiles (a single query row
         # sees every key: nothing to mask)
-        cap = np.maximum(np.ceil(asarray(op.seq_kv) / KEY_TILE) * KEY_TILE, keys_per_query)
-        masked = asarray(op.causal) & (seq_q > 1)
+        cap = np.maximum(np.ceil(np.asarray(op.seq_kv) / KEY_TILE) * KEY_TILE, keys_per_query)
+        masked = np.asarray(op.causal) & (seq_q > 1)
         computed = np.where(masked, np.minimum(keys_per_query + p.causal_overhead, cap), keys_per_query)
     if _on(p.seq_overhead) or _on(p.causal_overhead):
         # plus each query block's fixed work (loads, softmax rescale, output), in keys
@@ -153,7 +152,7 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         # the choice counts 64-row blocks of 128 threads, two per SM, and keys in blocks
         # of 256/128/64 by head dim; a split runs the 64-row split kernel, else the
         # regular kernel's 128-row tiles
-        d = asarray(op.head_dim)
+        d = np.asarray(op.head_dim)
         splits = np.where(short, _fa2_split_count(op, sms, packed), 1.0)
         tile = np.where((splits > 1) | (d > 192), 64.0, 2.0 * tile)
         blocks = heads * np.ceil(group_rows / tile)
@@ -161,12 +160,12 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         # short queries split the keys over more blocks when the GPU would be under-filled
         # (flash-decoding; only caches longer than split_kv_min_keys): the splits then
         # share out the walk over the keys
-        short = short & (asarray(op.seq_kv) > p.split_kv_min_keys)
+        short = short & (np.asarray(op.seq_kv) > p.split_kv_min_keys)
         splits = np.where(short & (blocks < 0.8 * sms), np.minimum(np.maximum(sms / blocks, 1.0), 128.0), 1.0)
     if _on(p.head_dim_tile > 1):
         # the kernel's matrix products run on head dims rounded up to its tile (cuDNN
         # computes a head dim of 96 as 128)
-        d = asarray(op.head_dim, dtype=float)
+        d = np.asarray(op.head_dim, dtype=float)
         wide = np.ceil(d / p.head_dim_tile) * p.head_dim_tile / d
         if not _plain(p.head_dim_tile):
             wide = np.where(p.head_dim_tile > 1, wide, 1.0)
@@ -185,7 +184,7 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         losses["wave_quantization"] = 1 / eff
     if _on(p.row_element_s):
         # the critical path: the block of the last queries walks every key (causal or not)
-        extra = asarray(op.seq_kv) * asarray(op.head_dim) * p.row_element_s / splits
+        extra = np.asarray(op.seq_kv) * np.asarray(op.head_dim) * p.row_element_s / splits
         losses["kv_serial_s"] = extra
     if _on(p.critical_path):
         # the block of the last queries walks every key (causal or not) over its whole
@@ -194,7 +193,7 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         per_sm = spec.peak(op.math_rate) * p.compute_efficiency / sms
         share = np.minimum(np.maximum(np.ceil(blocks * splits / sms), 1.0), 2.0)
         # (the softmax of each key costs like walk_dim extra head-dim elements)
-        walk = 4.0 * tile * asarray(op.seq_kv) / splits * (asarray(op.head_dim) + p.walk_dim)
+        walk = 4.0 * tile * np.asarray(op.seq_kv) / splits * (np.asarray(op.head_dim) + p.walk_dim)
         extra = extra + p.critical_path * walk * share / per_sm
         losses["critical_path_s"] = extra
     if _on(p.key_block_s) or _on(p.block_s):
@@ -203,8 +202,8 @@ def _attention_terms(op: Attention, spec, p) -> KernelTerms:
         # the critical path's fixed cost per block of keys (64 keys at head dims up to
         # 64, 128 above), a latency that two blocks resident on an SM hide from each
         # other: paid once per round of two blocks per SM
-        per_block = np.where(asarray(op.head_dim) <= 64, 64.0, 128.0)
-        walk_blocks = np.ceil(asarray(op.seq_kv) / splits / per_block)
+        per_block = np.where(np.asarray(op.head_dim) <= 64, 64.0, 128.0)
+        walk_blocks = np.ceil(np.asarray(op.seq_kv) / splits / per_block)
         extra = extra + walk_blocks * rounds * p.key_block_s
         losses["key_blocks"] = walk_blocks
     if _on(p.block_s):
@@ -238,7 +237,7 @@ def _fa2_combine_s(op: Attention, splits, rows, sms, per_split_s):
     partial outputs of a few query rows (4, 8 or 16 by head dim), one split after the
     other, so its time is the splits times a per-split latency, per round of blocks
     (sixteen 128-thread blocks resident per SM)."""
-    d = asarray(op.head_dim)
+    d = np.asarray(op.head_dim)
     rows_per_block = np.where(d % 128 == 0, 4.0, np.where(d % 64 == 0, 8.0, 16.0))
     rounds = np.ceil(np.ceil(rows / rows_per_block) / (16 * sms))
     return np.where(splits > 1, splits * rounds * per_split_s, 0.0)

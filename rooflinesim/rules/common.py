@@ -10,7 +10,6 @@ import numpy as np
 from ..errors import UserError
 from ..pricing import _any
 from ..timing import Timing, with_fields
-from ..trace import Var, asarray, record
 
 
 def _require(spec, rate: str, what: str):
@@ -45,11 +44,6 @@ def params_by_regime(present: list) -> SimpleNamespace:
     corner is the p-norm of p infinity; an unset softmax_overlap is NaN."""
     params = tuple(p for _, p in present)
     which = np.zeros(np.shape(present[0][0]), dtype=np.intp)  # per point: its regime
-    if any(type(mask) is Var for mask, _ in present):  # (recorded: see rooflinesim.trace)
-        for r, (mask, _) in enumerate(present[1:], 1):
-            which = np.where(mask, r, which)
-        same, names, table = _regime_table(params)
-        return SimpleNamespace(**same, **{name: record(np.take, row, which) for name, row in zip(names, table)})
     for r, (mask, _) in enumerate(present[1:], 1):
         which[mask] = r
     key = (tuple(map(id, params)), which.shape, which.tobytes())
@@ -100,7 +94,7 @@ def by_regime(op, regimes) -> Timing:
     (mask, time function) whose masks split the points. Large arrays are split so that
     each regime prices only its own points; small ones are priced whole by every regime
     present (fewer numpy calls), then picked point by point."""
-    present = [(asarray(m), fn) for m, fn in regimes if np.count_nonzero(m)]
+    present = [(np.asarray(m), fn) for m, fn in regimes if np.count_nonzero(m)]
     if len(present) == 1:
         return present[0][1](op)
     from dataclasses import fields, replace
@@ -130,7 +124,7 @@ def _scatter(shape, parts) -> Timing:
         if isinstance(values[0], dict):
             keys = {k for v in values for k in v}
             return {k: merge([v.get(k, 0.0) for v in values]) for k in keys}
-        kind = object if any(asarray(v).dtype.kind in "OUS" for v in values) else float
+        kind = object if any(np.asarray(v).dtype.kind in "OUS" for v in values) else float
         out = np.empty(size, dtype=kind)
         for i, v in zip(at, values):
             out[i] = v
@@ -153,10 +147,10 @@ def select_timing(mask, a: Timing, b: Timing) -> Timing:
 
 
 def _waves(tiles, sm_count):
-    return np.ceil(asarray(tiles, dtype=float) / sm_count)
+    return np.ceil(np.asarray(tiles, dtype=float) / sm_count)
 
 
 def _wave_efficiency(tiles, sm_count):
     """Fraction of SM slots doing work when ``tiles`` blocks run in whole waves."""
-    tiles = asarray(tiles, dtype=float)
+    tiles = np.asarray(tiles, dtype=float)
     return tiles / (_waves(tiles, sm_count) * sm_count)

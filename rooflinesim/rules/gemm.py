@@ -5,7 +5,6 @@ grouped (MoE expert) GEMMs."""
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
@@ -14,7 +13,6 @@ from ..ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from ..ops.moe import GroupedGemm
 from ..pricing import KernelTerms, price_one, sequence_time
 from ..timing import Timing, corner, logistic
-from ..trace import asarray, record
 from .common import _require, _wave_efficiency, _waves, by_regime
 
 
@@ -58,7 +56,7 @@ FALLBACK = {"int8": ("fp8", "bf16"), "int4": ("bf16",), "fp16": ("bf16",), "fp8"
 def padded(x, tile):
     """A dimension rounded up to the tile the library would pick: small sizes get the
     next power-of-two tile (at least 8), larger ones whole tiles of ``tile``."""
-    x = asarray(x, dtype=float)
+    x = np.asarray(x, dtype=float)
     large = np.ceil(x / tile) * tile
     if type(x) is np.ndarray and x.ndim and np.count_nonzero(x >= tile) == x.size:  # (no small sizes: often so for widths)
         return large
@@ -68,7 +66,7 @@ def padded(x, tile):
 
 def alignment_bytes(elements, element_bytes):
     """Largest power of two (at most 16) dividing a row stride of ``elements``."""
-    half_bytes = (asarray(elements) * int(round(element_bytes * 2))).astype(np.int64)
+    half_bytes = (np.asarray(elements) * int(round(element_bytes * 2))).astype(np.int64)
     lowest = half_bytes & -half_bytes  # the lowest set bit
     return np.minimum(lowest / 2.0, float(ALIGN_BYTES))
 
@@ -93,13 +91,13 @@ def gemm_alignment(op):
 
 def _aligned(a) -> bool:
     """Whether every stride of alignment ``a`` (bytes) takes the 16-byte (TMA) path."""
-    a = asarray(a)
+    a = np.asarray(a)
     return a.size == 0 or a.item(a.argmin()) >= ALIGN_BYTES  # (the least, by its index)
 
 
 def _is_one(x) -> bool:
     """Whether a factor is 1 at every point."""
-    return x == 1.0 if type(x) is float else not np.count_nonzero(asarray(x) != 1.0)
+    return x == 1.0 if type(x) is float else not np.count_nonzero(np.asarray(x) != 1.0)
 
 
 def _class_factor(a, full, align8, align2):
@@ -115,13 +113,13 @@ def _alignment_factors(op, p, a=None):
     if _aligned(a):
         return 1.0, 1.0
     c = _class_factor(a, 1.0, p.align8_compute, p.align2_compute)
-    skinny = asarray(op.m) <= SKINNY_ROWS
+    skinny = np.asarray(op.m) <= SKINNY_ROWS
 
     def memory(align):
         f = _class_factor(align, 1.0, p.align8_memory, p.align2_memory)
         f = np.where(skinny & (align < 16), p.skinny_misaligned_memory, f)
         if p.gemv_misaligned_memory < 1:  # a single row runs cuBLAS's GEMV kernels
-            f = np.where((asarray(op.m) == 1) & (align < 16), p.gemv_misaligned_memory, f)
+            f = np.where((np.asarray(op.m) == 1) & (align < 16), p.gemv_misaligned_memory, f)
         return f
 
     ab, cb = op.bytes_a() + op.bytes_w(), op.bytes_c()
@@ -131,7 +129,7 @@ def _alignment_factors(op, p, a=None):
 
 def _tiles64(op):
     """Output tiles of a 64x64 tiling: the unit of the split-K choice and the k walk."""
-    return op.batch * np.ceil(asarray(op.m) / 64.0) * np.ceil(asarray(op.n) / 64.0)
+    return op.batch * np.ceil(np.asarray(op.m) / 64.0) * np.ceil(np.asarray(op.n) / 64.0)
 
 
 def split_k_kernels(op, p, a=None, tiles=None):
@@ -141,11 +139,11 @@ def split_k_kernels(op, p, a=None, tiles=None):
     if not p.split_k_ratio:
         return 1.0
     tiles = _tiles64(op) if tiles is None else tiles
-    per_tile = np.log(asarray(op.k) / tiles)
+    per_tile = np.log(np.asarray(op.k) / tiles)
     x = (per_tile - np.log(p.split_k_ratio)) / 0.25
-    x = np.minimum(x, (np.log(asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
+    x = np.minimum(x, (np.log(np.asarray(op.k, dtype=float)) - np.log(max(p.split_k_min, 1.0))) / 0.1)
     if p.align2_split_k_ratio:  # (skinny ones run GEMV-style kernels, which split as usual)
-        odd = ((gemm_alignment(op) if a is None else a) < 4) & (asarray(op.m) > SKINNY_ROWS)
+        odd = ((gemm_alignment(op) if a is None else a) < 4) & (np.asarray(op.m) > SKINNY_ROWS)
         x = np.where(odd, (per_tile - np.log(p.align2_split_k_ratio)) / 0.25, x)
     return 1.0 + logistic(x)
 
@@ -159,7 +157,7 @@ def gemm_regime_mask(op: Gemm, name: str, a=None):
     if name == "simt_tiled":
         mask = mask & (op.dtype in SIMT_DTYPES)
     if name.endswith("_tiled"):
-        mask = mask & (asarray(op.m) > SKINNY_ROWS)
+        mask = mask & (np.asarray(op.m) > SKINNY_ROWS)
     return mask
 
 
@@ -228,7 +226,7 @@ def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
     tiles = _tiles64(op)
     scale, losses = 1.0, {"waves_128x128": _waves(op.tiles(TILE_M, TILE_N), spec.chip.sm_count)}
     if p.tile_m > 1 or p.tile_n > 1:
-        pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (asarray(op.m) * asarray(op.n))
+        pad = padded(op.m, p.tile_m) * padded(op.n, p.tile_n) / (np.asarray(op.m) * np.asarray(op.n))
         scale = scale * pad
         losses["tile_padding"] = pad
     if p.k_overhead:
@@ -250,14 +248,14 @@ def _gemm_terms(op: Gemm, spec, p, a=None, sequence_s=0.0) -> KernelTerms:
         # the k loop of one output tile runs in series; a split k shares it out
         splits = np.minimum(np.maximum(spec.chip.sm_count / tiles, 1.0), 16.0) ** (kernels - 1.0)
         # (GEMV-style kernels of skinny misaligned GEMMs walk k at the aligned pace)
-        slow = np.where(asarray(op.m) <= SKINNY_ROWS, 1.0, fc)
-        extra = asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
+        slow = np.where(np.asarray(op.m) <= SKINNY_ROWS, 1.0, fc)
+        extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s / slow / splits
         # (a misaligned single row runs cuBLAS's GEMV kernels, which split k over warps)
         if not _aligned(a):
-            extra = np.where((asarray(op.m) == 1) & (a < 16), 0.0, extra)
+            extra = np.where((np.asarray(op.m) == 1) & (a < 16), 0.0, extra)
         losses["k_serial_s"] = extra
     # a split k also writes fp32 partial tiles and runs the reduction over them
-    fixed = (asarray(kernels) - 1.0) * p.split_k_s if p.split_k_s else 0.0
+    fixed = (np.asarray(kernels) - 1.0) * p.split_k_s if p.split_k_s else 0.0
     return KernelTerms(op.work(), p, compute_scale=scale / fc, memory_scale=memory_scale, losses=losses,
                        kernels=kernels, extra_s=extra, fixed_s=fixed, sequence_s=sequence_s)
 
@@ -275,7 +273,7 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
     back fp32 partial tiles and adds a reduction kernel. Every configuration is priced
     at once along two trailing axes, in single precision (it only picks one); the fastest
     (the first of equals) is then priced in double."""
-    m, n, k = (asarray(x, dtype=float) for x in (op.m, op.n, op.k))
+    m, n, k = (np.asarray(x, dtype=float) for x in (op.m, op.n, op.k))
     tiles_mn = np.array(TILED_TILES[regime], dtype=float)
     splits = np.array(TILED_SPLITS, dtype=float)
     sms = spec.chip.sm_count
@@ -300,10 +298,8 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
         f32, point = np.float32, (Ellipsis, None, None)  # (configurations along two trailing axes)
         compute, hbm_bytes, kernels, extra = price(
             tiles_mn[:, 0].astype(f32)[:, None], tiles_mn[:, 1].astype(f32)[:, None], splits.astype(f32),
-            *(asarray(x, dtype=f32)[point] for x in (m, n, k, batch, hbm_bytes)))
-        # (each a call of its own where the pricing is recorded: the pruning and the choice
-        # follow the numbers; see rooflinesim.trace)
-        latency = record(_fastest_latency, kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
+            *(np.asarray(x, dtype=f32)[point] for x in (m, n, k, batch, hbm_bytes)))
+        latency = _fastest_latency(kernels * p.launch_s + extra, compute, hbm_bytes / bw, p.corner)
         return np.argmin(latency.reshape(*latency.shape[:-2], -1), axis=-1)
 
     sizes = (m, n, k, op.batch, work.hbm_bytes)
@@ -315,9 +311,9 @@ def _tiled_gemm_time(op: Gemm, spec, p, regime: str) -> Timing:
                                for i in range(0, flat[0].size, TILED_CHUNK)]).reshape(shape)
     else:
         best = fastest(*sizes)
-    tile = record(operator.getitem, tiles_mn, best // len(splits))
+    tile = tiles_mn[best // len(splits)]
     tm, tn = tile[..., 0], tile[..., 1]  # (best may have any shape)
-    s = record(operator.getitem, splits, best % len(splits))
+    s = splits[best % len(splits)]
     compute, hbm_bytes, kernels, extra = price(tm, tn, s, m, n, k, op.batch, work.hbm_bytes)
     losses = {"tile_m": tm, "tile_n": tn, "k_splits": s, "split_k_kernels": kernels}
     ideal = op.flops() / peak

@@ -9,7 +9,6 @@ from ..dtypes import bytes_per_element
 from ..ops.memory import Bookkeeping, Copy, Norm
 from ..pricing import KernelTerms, price_one
 from ..timing import Timing, logistic
-from ..trace import asarray
 from .gemm import _class_factor, alignment_bytes
 
 
@@ -42,16 +41,16 @@ def memory_terms(op, spec, profile) -> KernelTerms:
     if isinstance(op, Norm) and p.row_element_s:
         # one thread block per row: with few rows, each block's own latency-bound pass
         # over its row sets the time, in waves of rows_per_sm rows per SM
-        waves = np.ceil(asarray(op.tokens) / (spec.chip.sm_count * p.rows_per_sm))
-        extra = waves * asarray(op.hidden) * p.row_element_s
+        waves = np.ceil(np.asarray(op.tokens) / (spec.chip.sm_count * p.rows_per_sm))
+        extra = waves * np.asarray(op.hidden) * p.row_element_s
         losses["row_waves"] = waves
         if p.row_double_bytes:
-            read = asarray(op.tokens) * asarray(op.hidden) * bytes_per_element(op.dtype)
+            read = np.asarray(op.tokens) * np.asarray(op.hidden) * bytes_per_element(op.dtype)
             x = (np.log(np.maximum(read, 1.0)) - np.log(p.row_double_bytes)) / ROW_DOUBLE_WIDTH
             double = 1.0 + logistic(x)
             extra = extra * double
             losses["row_pass"] = double
     if isinstance(op, Norm) and p.row_bandwidth_elements:
-        memory_scale = 1 + asarray(op.hidden) / p.row_bandwidth_elements
+        memory_scale = 1 + np.asarray(op.hidden) / p.row_bandwidth_elements
     fixed = extra_launch if extra_launch is not None and np.count_nonzero(extra_launch) else 0.0
     return KernelTerms(op.work(), p, memory_scale=memory_scale, extra_s=extra, losses=losses, fixed_s=fixed)
