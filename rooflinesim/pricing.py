@@ -200,15 +200,16 @@ class PricedTerms(_EndToEnd):
             losses["memory_efficiency"] = 1 / p.memory_efficiency
         if _any(p.launch_s):
             losses["launch_floor_s"] = cut(self.launch_floor)
+        sequence = 0.0
         if not _is_zero(it.sequence_s):
-            losses["in_sequence_s"] = cut(self.sequence_s)
+            sequence = losses["in_sequence_s"] = cut(self.sequence_s)
         rate = next(iter(it.work.tensor_flops), None)
         return Timing(
             latency_s=cut(self.latency_s), bound=cut(self.bound), flops=cut(self.flops),
             hbm_bytes=it.work.hbm_bytes, intensity_flop_per_byte=cut(self.intensity),
             ridge_flop_per_byte=(self.spec.peak(rate) if rate else self._fp32_peak) / self._bw,
             compute_s=cut(self.compute_s), hbm_s=cut(self.hbm_s), l2_s=cut(self.l2_s),
-            launch_s=cut(self.launch_s), losses=losses,
+            launch_s=cut(self.launch_s), sequence_s=sequence, losses=losses,
         )
 
 
@@ -370,16 +371,15 @@ class PricedCollectives(_EndToEnd):
         """Collective ``i``'s own timing."""
         op, cp, w, cut = self.ops[i], self.params[i], self.works[i], self.cut(i)
         latency = cut(self.latency_s)
-        t = Timing(
+        losses = {"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {}
+        losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
+        losses["busbw_bytes_per_s"] = algbw * _bus_factor(op.kind, op.world_size)
+        return Timing(
             latency_s=latency, bound=cut(self.bound), flops=cut(self.flops), hbm_bytes=w.hbm_bytes,
             intensity_flop_per_byte=cut(self.intensity),
             ridge_flop_per_byte=self.spec.peak("fp32") / self.spec.memory.hbm_bandwidth_bytes_per_s,
-            link_s=cut(self.link_s), launch_s=cut(self.launch_s),
-            losses={"link_efficiency": 1 / cp.link_efficiency} if cp.link_efficiency < 1 else {},
+            link_s=cut(self.link_s), launch_s=cut(self.launch_s), losses=losses,
         )
-        t.losses["algbw_bytes_per_s"] = algbw = op.bytes / latency
-        t.losses["busbw_bytes_per_s"] = algbw * _bus_factor(op.kind, op.world_size)
-        return t
 
 
 def _bus_factor(kind: str, world_size):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Union
 
 import numpy as np
 
@@ -16,19 +17,29 @@ from .work import Work
 BOUNDS = ("compute", "hbm", "l2", "link", "launch", "host")
 
 
-@dataclass
+Values = Union[float, np.ndarray]  # a number, or an array of one per point of a vectorized op
+
+
+@dataclass(frozen=True)
 class Timing:
-    latency_s: object
-    bound: object  # one of BOUNDS (an array of them for vectorized ops)
-    flops: object
-    hbm_bytes: object
-    intensity_flop_per_byte: object
+    """What pricing a kernel answers. Times in seconds, per point; ``sequence_s`` is the
+    extra time the kernel takes where it runs among other kernels (``rules.in_sequence``
+    adds it; ``latency_s`` is the kernel timed back to back with itself, as the harness
+    times it). ``losses`` are diagnostics only (what the rules found: factors >= 1, or
+    seconds): nothing reads them back to price."""
+
+    latency_s: Values
+    bound: Union[str, np.ndarray]  # one of BOUNDS (an array of them for vectorized ops)
+    flops: Values
+    hbm_bytes: Values
+    intensity_flop_per_byte: Values
     ridge_flop_per_byte: float
-    compute_s: object = 0.0
-    hbm_s: object = 0.0
-    l2_s: object = 0.0
-    link_s: object = 0.0
-    launch_s: object = 0.0
+    compute_s: Values = 0.0
+    hbm_s: Values = 0.0
+    l2_s: Values = 0.0
+    link_s: Values = 0.0
+    launch_s: Values = 0.0
+    sequence_s: Values = 0.0
     losses: dict = field(default_factory=dict)  # name -> factor (>= 1) or seconds
     parts: list = field(default_factory=list)  # (name, Timing) for composite ops
 

@@ -22,8 +22,8 @@ def in_sequence(t: Timing) -> Timing:
     """``t`` as the kernel runs among other kernels (a layer, a forward pass): a GEMM
     that is not compute-bound then costs more than back to back with copies of itself,
     which is how the harness times it (the profile's sequence/gemm dependent_s)."""
-    extra = t.losses.get("in_sequence_s")
-    return t if extra is None else _with_fixed(t, extra)
+    extra = t.sequence_s
+    return t if type(extra) is float and extra == 0.0 else _with_fixed(t, extra)
 
 
 def _with_fixed(t: Timing, seconds) -> Timing:
@@ -86,7 +86,7 @@ def _regime_table(params: tuple) -> tuple:
 
 # the fields of a Timing that hold a value per point (merged when regimes are joined)
 PER_POINT = ("latency_s", "bound", "flops", "hbm_bytes", "intensity_flop_per_byte", "compute_s",
-              "hbm_s", "l2_s", "link_s", "launch_s", "losses")
+              "hbm_s", "l2_s", "link_s", "launch_s", "sequence_s", "losses")
 
 
 def by_regime(op, regimes) -> Timing:

@@ -12,7 +12,7 @@ from ..dtypes import bytes_per_element
 from ..ops.gemm import FORMATS, TILE_M, TILE_N, Gemm
 from ..ops.moe import GroupedGemm
 from ..pricing import KernelTerms, price_one, sequence_time
-from ..timing import Timing, corner, logistic
+from ..timing import Timing, corner, logistic, with_fields
 from .common import _require, _wave_efficiency, _waves, by_regime
 
 
@@ -212,7 +212,8 @@ def gemm_rule(op: Gemm, spec, profile) -> Timing:
     dependent = _sequence_s(profile)
     if dependent:
         # (added where the GEMM runs in a sequence: see in_sequence)
-        t.losses["in_sequence_s"] = sequence_time(t.bound, dependent)
+        extra = sequence_time(t.bound, dependent)
+        t = with_fields(t, sequence_s=extra, losses={**t.losses, "in_sequence_s": extra})
     return t
 
 
