@@ -17,5 +17,5 @@ def predict(op, spec, profile=None, eager: bool = False) -> Timing:
         from .calibration.profile import IDEAL  # (imported here: it imports pydantic)
 
         profile = IDEAL
-    t = rule_for(op)(op, spec, profile)
+    t = rule_for(op).timing(op, spec, profile)
     return eager_timing(op, spec, profile, t) if eager else t

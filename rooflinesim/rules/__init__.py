@@ -4,6 +4,9 @@ One module per family (gemm, attention, memory); common holds what they share.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from ..errors import UserError
 from ..ops.attention import Attention
 from ..ops.collectives import Collective
@@ -21,7 +24,7 @@ from .gemm import (ALIGN_BYTES, FALLBACK, GEMM_REGIMES, SIMT_DTYPES, SKINNY_ROWS
                    grouped_gemm_terms, padded, split_k_kernels)
 from .memory import memory_rule, memory_terms
 
-__all__ = ["ALIGN_BYTES", "ATTENTION_REGIMES", "FALLBACK", "GEMM_REGIMES", "KEY_TILE", "PER_POINT", "SIMT_DTYPES",
+__all__ = ["ALIGN_BYTES", "ATTENTION_REGIMES", "RULES", "Rule", "FALLBACK", "GEMM_REGIMES", "KEY_TILE", "PER_POINT", "SIMT_DTYPES",
            "SKINNY_ROWS", "TILED_SPLITS", "TILED_TILES", "VARIANT_BACKENDS", "alignment_bytes", "attention_regimes",
            "attention_rule", "attention_terms", "by_regime", "collective_rule", "fa2_splits", "gemm_alignment",
            "gemm_regime_mask", "gemm_rule", "gemm_terms", "grouped_gemm_rule", "grouped_gemm_terms", "in_sequence",
@@ -30,14 +33,14 @@ __all__ = ["ALIGN_BYTES", "ATTENTION_REGIMES", "FALLBACK", "GEMM_REGIMES", "KEY_
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:
-    parts = [(name, rule_for(k)(k, spec, profile)) for name, k in op.kernels()]
+    parts = [(name, rule_for(k).timing(k, spec, profile)) for name, k in op.kernels()]
     return sum_timings(parts, spec)
 
 
 def sequence_rule(op: Sequence, spec, profile) -> Timing:
     parts = []
     for name, k, count in op.kernels():
-        t = in_sequence(rule_for(k)(k, spec, profile))
+        t = in_sequence(rule_for(k).timing(k, spec, profile))
         if count != 1:
             t = _scaled(t, count)
         parts.append((name, t))
@@ -57,42 +60,42 @@ def collective_rule(op: Collective, spec, profile) -> Timing:
     return collective_time(op, spec, profile)
 
 
-_RULES = {
-    Gemm: gemm_rule,
-    GroupedGemm: grouped_gemm_rule,
-    Attention: attention_rule,
-    MoE: moe_rule,
-    Copy: memory_rule,
-    Elementwise: memory_rule,
-    Norm: memory_rule,
-    Gather: memory_rule,
-    Bookkeeping: memory_rule,
-    Collective: collective_rule,
-    Sequence: sequence_rule,
-}
+@dataclass(frozen=True)
+class Rule:
+    """An op family's rule, registered once per op class: ``timing(op, spec, profile)``
+    is the op's whole Timing; ``terms(op, spec, profile)`` the roofline terms that price
+    every point of the op at once (KernelTerms), or None where the rule prices the op
+    otherwise (points in regimes of different forms, composites, collectives). A rule
+    with terms prices through them (pricing.price_one), so the two agree."""
+
+    timing: Callable
+    terms: Callable | None = None
 
 
-_TERMS = {
-    Gemm: gemm_terms,
-    GroupedGemm: grouped_gemm_terms,
-    Attention: attention_terms,
-    Copy: memory_terms,
-    Elementwise: memory_terms,
-    Norm: memory_terms,
-    Gather: memory_terms,
-    Bookkeeping: memory_terms,
+RULES = {
+    Gemm: Rule(gemm_rule, gemm_terms),
+    GroupedGemm: Rule(grouped_gemm_rule, grouped_gemm_terms),
+    Attention: Rule(attention_rule, attention_terms),
+    Copy: Rule(memory_rule, memory_terms),
+    Elementwise: Rule(memory_rule, memory_terms),
+    Norm: Rule(memory_rule, memory_terms),
+    Gather: Rule(memory_rule, memory_terms),
+    Bookkeeping: Rule(memory_rule, memory_terms),
+    MoE: Rule(moe_rule),
+    Collective: Rule(collective_rule),
+    Sequence: Rule(sequence_rule),
 }
 
 
 def terms_for(op, spec, profile) -> KernelTerms | None:
     """The roofline terms of ``op`` where one set prices all its points (a kernel of one
     regime), else None (``predict`` prices it)."""
-    fn = _TERMS.get(type(op))
-    return None if fn is None else fn(op, spec, profile)
+    rule = RULES.get(type(op))
+    return None if rule is None or rule.terms is None else rule.terms(op, spec, profile)
 
 
-def rule_for(op):
+def rule_for(op) -> Rule:
     try:
-        return _RULES[type(op)]
+        return RULES[type(op)]
     except KeyError:
         raise UserError(f"no timing rule for op {type(op).__name__}") from None
