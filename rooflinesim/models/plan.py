@@ -151,6 +151,8 @@ class _Plan:
         ns = tuple(ph.n for ph in phases)
         places = self._places.get(ns) or self._place(ns)
         kernels = [self.built(j, _inputs(ph)) for j, ph in enumerate(phases)]
+        if any(len(ks) != n for ks, n in zip(kernels, self.sizes)):  # (a builder that branched on the numbers)
+            raise AssertionError("a phase's kernels changed with its points; the plan holds for none")
         constants = places.constants
         if places.dynamic:
             laid = constants.copy()
