@@ -188,7 +188,7 @@ class PricedTerms(_EndToEnd):
         self.hbm_bytes = hbm_bytes
         self.latency_s, self.compute_s, self.hbm_s, self.l2_s, self.launch_s = latency, compute, hbm, l2, launch
         self.intensity = _intensity(self.flops, hbm_bytes)
-        self._fp32_peak, self._bw = fp32_peak, bw
+        self._fp32_peak, self._bw, self._in_sequence = fp32_peak, bw, in_sequence
 
     def timing(self, i: int) -> Timing:
         """Kernel ``i``'s own timing."""
@@ -200,9 +200,11 @@ class PricedTerms(_EndToEnd):
             losses["memory_efficiency"] = 1 / p.memory_efficiency
         if _any(p.launch_s):
             losses["launch_floor_s"] = cut(self.launch_floor)
-        sequence = 0.0
+        sequence = 0.0  # (what in_sequence would add: nothing where the latency holds it already)
         if not _is_zero(it.sequence_s):
-            sequence = losses["in_sequence_s"] = cut(self.sequence_s)
+            losses["in_sequence_s"] = cut(self.sequence_s)
+            if not self._in_sequence:
+                sequence = losses["in_sequence_s"]
         rate = next(iter(it.work.tensor_flops), None)
         return Timing(
             latency_s=cut(self.latency_s), bound=cut(self.bound), flops=cut(self.flops),
