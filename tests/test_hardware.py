@@ -188,44 +188,34 @@ def test_a_user_spec_that_shares_a_device_name(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ golden datasheet values
 
 
-def test_h100_sxm_golden():
+DATASHEETS = yaml.safe_load((Path(__file__).parent / "data" / "datasheets.yaml").read_text())
+
+_QUANTITIES = {
+    "peak": lambda s, of: s.peak(of),
+    "ridge_point": lambda s, of: s.ridge_point(of),
+    "hbm_bandwidth": lambda s, _: s.memory.hbm_bandwidth_bytes_per_s,
+    "capacity": lambda s, _: s.memory.capacity_bytes,
+    "l2": lambda s, _: s.memory.l2_bytes,
+    "l2_effective": lambda s, _: s.l2_effective_bytes,
+    "sm_count": lambda s, _: s.chip.sm_count,
+    "sfu_rate": lambda s, _: s.compute.sfu_ops_per_s,
+    "link_bandwidth": lambda s, _: s.interconnect.link_bandwidth_bytes_per_s,
+}
+
+
+@pytest.mark.parametrize("fig", DATASHEETS, ids=lambda f: f"{f['gpu']}-{f['quantity']}-{f.get('of', '')}")
+def test_datasheet_figure(fig):
+    assert fig["source"] and isinstance(fig["value"], (int, float))  # (a source each; a number, not a string)
+    got = _QUANTITIES[fig["quantity"]](hw.load_spec(fig["gpu"]), fig.get("of"))
+    if fig["rel"] == 0:
+        assert got == fig["value"], fig["source"]
+    else:
+        assert got == pytest.approx(fig["value"], rel=fig["rel"]), fig["source"]
+
+
+def test_hopper_nodes_have_nvlink_sharp():
     spec = hw.load_spec("h100-sxm")
-    # NVIDIA H100 datasheet, SXM column: BF16 1,979 TFLOPS with sparsity = 989 dense; HBM3 3.35 TB/s.
-    assert spec.peak("bf16") == pytest.approx(989e12, rel=1e-3)
-    assert spec.peak("fp8") == pytest.approx(1979e12, rel=1e-3)
-    assert spec.memory.hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12, rel=1e-9)
-    assert spec.memory.capacity_bytes == 80e9  # decimal GB, as NVIDIA states it
-    assert spec.chip.sm_count == 132
-    # FA3 paper (arXiv 2407.08608, section 3): 3.9 TFLOPS of special functions on H100 SXM5.
-    assert spec.compute.sfu_ops_per_s == pytest.approx(3.9e12, rel=0.02)
-    # NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction (H100 datasheet).
-    assert spec.interconnect.link_bandwidth_bytes_per_s == 450e9
     assert spec.interconnect.nvlink_sharp and spec.interconnect.gpus_per_node == 8
-    # Ridge point: 989 TFLOPS / 3.35 TB/s = 295 FLOP/byte.
-    assert spec.ridge_point("bf16") == pytest.approx(295.2, rel=2e-3)
-
-
-def test_h200_golden():
-    spec = hw.load_spec("h200-sxm")
-    # NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s, same tensor rates as H100 SXM.
-    assert spec.memory.capacity_bytes == 141e9
-    assert spec.memory.hbm_bandwidth_bytes_per_s == pytest.approx(4.8e12, rel=1e-9)
-    assert spec.ridge_point("bf16") == pytest.approx(206.0, rel=2e-3)  # 989 / 4.8
-    # Datasheet says 50 MB of L2; a CUDA device query on H200 reports 60 MiB.
-    assert spec.memory.l2_bytes == 50e6
-    assert spec.l2_effective_bytes == 60 * 2**20
-
-
-def test_a100_golden():
-    spec = hw.load_spec("a100-sxm4-80gb")
-    # NVIDIA A100 datasheet, 80GB SXM column: 2,039 GB/s; BF16 312 TFLOPS dense; INT8 624 TOPS.
-    assert spec.memory.hbm_bandwidth_bytes_per_s == pytest.approx(2.039e12, rel=1e-9)
-    assert spec.peak("bf16") == 312e12
-    assert spec.peak("int8") == 624e12
-    assert spec.peak("int4") == 1248e12  # A100 whitepaper: INT4 1,248 TOPS dense
-    assert spec.l2_effective_bytes == 40e6  # no device-query figure: the datasheet's
-    assert spec.ridge_point("bf16") == pytest.approx(312 / 2.039, rel=1e-9)
-    assert spec.interconnect.link_bandwidth_bytes_per_s == 300e9  # NVLink 3: 600 GB/s bidirectional
 
 
 def test_fp8_unsupported_on_a100():

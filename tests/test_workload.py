@@ -236,25 +236,6 @@ def test_sweep_is_the_pointwise_prediction():
 
 
 @pytest.mark.parametrize("model,deploy", [
-    ("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, pp=2, sequence_parallel=True)),
-    ("mixtral-8x7b", dict(tp=2, weights="int4")), ("qwen3-30b-a3b", dict(tp=4, ep=2, dp=2)),
-    ("deepseek-v3", dict(tp=4, ep=8, dp=2, weights="fp8")),
-    ("deepseek-v2-lite", dict(attention="naive")),
-])
-@given(batch=st.integers(1, 64), prompt=st.integers(1, 3000), chunk=st.integers(1, 4000))
-def test_kernels_group_as_the_plan_found_them(model, deploy, batch, prompt, chunk):
-    # the plan of a (model, deployment) is found once, from one small step of each phase:
-    # the kernels of any step must fall into the same groups, in the same order
-    from rooflinesim.models.kernels import phase_kernels
-    from rooflinesim.models.plan import _groups, _plan
-
-    m, d = load_config(model), Deployment(**deploy)
-    r = predict_model(m, H200, FITTED, d, batch=batch, prompt=prompt, gen=2, chunk=chunk)
-    lists = [phase_kernels(m, d, p.phase) for p in (r.prefill, r.decode)]
-    assert _groups(lists) == _plan(m, d, ("prefill", "decode")).groups
-
-
-@pytest.mark.parametrize("model,deploy", [
     ("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, pp=2, sequence_parallel=True, weights="fp8")),
     ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")), ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
     ("mistral-7b-v0.1", dict(eager=True)), ("deepseek-v2-lite", dict(attention="naive", weights="int4")),
