@@ -271,3 +271,21 @@ def test_a_profile_says_which_families_its_records_fitted(tmp_path):
     assert "fitted on h200-sxm; ideal for want of records: memory, attention" in out
     code, out, _ = cli(["predict", "gemm", "--gpu", "h200", "-m", "8", "-n", "8", "-k", "8"])
     assert "want of records" not in out  # the shipped profile fitted every family
+
+
+def test_every_fitted_parameter_states_its_unit_prior_and_bounds():
+    # the fit reads its priors and bounds from the profile's own fields (no second
+    # registry): each prior lies within its bounds and is a value the field accepts
+    from rooflinesim.calibration.profile import (CollectiveParams, HostParams, KernelParams, fit_ranges,
+                                                 unit_of)
+
+    for model in (KernelParams, CollectiveParams, HostParams):
+        ranges = fit_ranges(model)
+        assert ranges, model
+        for name, r in ranges.items():
+            lo, hi = r["bounds"]
+            assert lo <= r["prior"] <= hi, (model.__name__, name)
+            assert unit_of(model, name), (model.__name__, name)
+            model(**{name: r["prior"]})  # (within the field's own constraints)
+    assert unit_of(KernelParams, "launch_s") == "s" and unit_of(KernelParams, "compute_efficiency") == "1"
+    assert set(fit.PARAMS) == set(fit_ranges(KernelParams)) | set(fit_ranges(CollectiveParams))

@@ -27,55 +27,14 @@ from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_reg
 from .folds import held_out
 from .hf import fit_hf_host
 from .host import fit_host
-from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile
+from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile, fit_ranges
 from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
 from .validate import is_eager, predicted, reasons, stats
 
-# name -> (initial value, lower bound, upper bound, typical scale)
-PARAMS = {
-    "compute_efficiency": (0.8, 0.02, 1.0, 0.1),
-    "vector_efficiency": (0.5, 0.01, 1.0, 0.1),
-    "memory_efficiency": (0.8, 0.02, 1.0, 0.1),
-    "launch_s": (3e-6, 0.0, 2e-4, 1e-6),
-    "align2_launch_s": (3e-7, 0.0, 2e-5, 1e-7),
-    "split_k_s": (1e-6, 0.0, 5e-5, 1e-7),
-    "corner": (3.0, 1.05, 30.0, 1.0),
-    "k_overhead": (64.0, 1.0, 8192.0, 32.0),
-    "align8_compute": (0.3, 0.02, 1.0, 0.1),
-    "align8_memory": (0.6, 0.02, 1.0, 0.1),
-    "align2_compute": (0.2, 0.02, 1.0, 0.1),
-    "align2_memory": (0.3, 0.02, 1.0, 0.1),
-    "split_k_ratio": (128.0, 4.0, 4096.0, 32.0),
-    "skinny_misaligned_memory": (0.5, 0.02, 1.0, 0.1),
-    "align2_split_k_ratio": (16.0, 0.5, 4096.0, 8.0),
-    "gemv_misaligned_memory": (0.5, 0.02, 1.0, 0.1),
-    "k_element_s": (1e-10, 1e-13, 1e-8, 1e-11),
-    "element_load_rate": (2e10, 1e8, 1e13, 1e9),
-    "cta_share": (0.5, 0.01, 1.0, 0.1),
-    "row_element_s": (1e-9, 1e-14, 1e-7, 1e-11),
-    "rows_per_sm": (16.0, 0.25, 64.0, 1.0),
-    "row_double_bytes": (7e5, 1e4, 1e9, 1e5),
-    "row_bandwidth_elements": (16384.0, 256.0, 1e7, 1000.0),
-    "memory_latency_s": (1e-6, 0.0, 2e-5, 1e-7),
-    "memory_latency_bytes": (1e6, 1e3, 1e9, 1e5),
-    "seq_overhead": (128.0, 1.0, 16384.0, 64.0),
-    "unsplit_memory_efficiency": (0.8, 0.1, 1.0, 0.1),
-    "softmax_overlap": (0.5, 0.0, 1.0, 0.1),
-    "critical_path": (1.0, 0.0, 4.0, 0.1),
-    "block_s": (1e-6, 0.0, 5e-5, 1e-7),
-    "key_block_s": (1e-6, 0.0, 2e-5, 1e-7),
-    "combine_split_s": (1e-7, 0.0, 5e-6, 1e-8),
-    "walk_dim": (16.0, 0.0, 512.0, 8.0),
-    "causal_overhead": (64.0, 0.0, 4096.0, 32.0),
-    "latency_s": (10e-6, 0.0, 1e-3, 1e-6),
-    "step_latency_s": (0.0, 0.0, 1e-4, 1e-6),
-    "link_efficiency": (0.8, 0.02, 1.0, 0.1),
-    "fill_latency_s": (1e-5, 0.0, 2e-4, 1e-6),
-    "fill_bytes": (1e6, 1e3, 1e9, 1e5),
-    "large_bytes": (9e8, 1e8, 1e11, 1e8),
-    "dependent_s": (1e-6, 0.0, 2e-5, 1e-7),
-    "large_memory_efficiency": (0.7, 0.1, 1.0, 0.1),
-}
+# name -> (initial value, lower bound, upper bound, typical scale), as the profile's
+# fields state them (profile.fit_ranges: the one place they are written)
+_RANGES = {**fit_ranges(KernelParams), **fit_ranges(CollectiveParams)}
+PARAMS = {name: (r["prior"], *r["bounds"], r["scale"]) for name, r in _RANGES.items()}
 
 
 @dataclass
@@ -127,7 +86,7 @@ ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_bl
 # regimes with few measurements start from their backend's fitted parameters and fit these
 REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
 
-LOG_PARAMS = {"memory_latency_bytes", "fill_bytes", "row_bandwidth_elements", "large_bytes", "k_element_s", "row_element_s", "split_k_ratio", "align2_split_k_ratio", "element_load_rate", "k_overhead", "seq_overhead", "row_double_bytes"}
+LOG_PARAMS = {name for name, r in _RANGES.items() if r["log"]}
 
 
 # GEMMs with row strides under 16 bytes (rules.GEMM_REGIMES), fitted on their own: the

@@ -16,11 +16,9 @@ import numpy as np
 from ..eager import host_keys
 from ..errors import UserError
 from .folds import held_out
-from .profile import HostParams, Profile
+from .profile import HostParams, Profile, fit_ranges
 from .records import Unpredictable, to_op
 from .validate import is_eager, predicted, stats
-
-HOST_BOUNDS_S = (0.0, 2e-3)  # host time of one call, or of one kernel
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,9 @@ def _fit_corner(records, spec, base: Profile) -> Profile:
         r = np.log(pred / meas)
         return np.where(np.isfinite(r), r, 5.0)
 
-    res = least_squares(residual, [6.0], bounds=([1.5], [40.0]), loss="soft_l1", f_scale=0.05, max_nfev=60)
+    r = fit_ranges(HostParams)["corner"]
+    res = least_squares(residual, [r["prior"]], bounds=([r["bounds"][0]], [r["bounds"][1]]), loss="soft_l1",
+                        f_scale=0.05, max_nfev=60)
     return _with_corner(base, float(res.x[0]))
 
 
@@ -102,10 +102,13 @@ def _fit_one(group: HostGroup, records, spec, base: Profile) -> HostParams:
         return np.where(np.isfinite(r), r, 5.0)
 
     k = len(group.params)
-    lo, hi = np.full(k, np.log(1e-8)), np.full(k, np.log(HOST_BOUNDS_S[1]))
+    ranges = fit_ranges(HostParams)  # (fitted in log space)
+    lo = np.log([ranges[name]["bounds"][0] for name in group.params])
+    hi = np.log([ranges[name]["bounds"][1] for name in group.params])
+    prior = np.log([ranges[name]["prior"] for name in group.params])
     best = None
-    for start in (np.log(5e-6), np.log(5e-5)):
-        res = least_squares(residual, np.full(k, start), bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
+    for start in (prior, prior + np.log(10.0)):  # (the prior, and ten times it)
+        res = least_squares(residual, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
                             max_nfev=100 * k)
         if best is None or res.cost < best.cost:
             best = res

@@ -27,6 +27,32 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 FAMILIES = ("memory", "gemm", "attention", "grouped_gemm", "sequence", "collective")
 
 
+def _fit(prior: float, lo: float, hi: float, scale: float | None = None, *, log: bool = False,
+         unit: str = "1") -> dict:
+    """What a field says of itself beyond its type and its default (the ideal profile's
+    value): its SI unit ("1": a ratio), and what a fit that frees it starts from (its
+    prior), the bounds it keeps to, its typical scale (least squares' x_scale) and whether
+    it is fitted in log space (``fit_ranges``)."""
+    return {"unit": unit, "fit": {"prior": prior, "bounds": (lo, hi), "scale": scale, "log": log}}
+
+
+def fit_ranges(model: type[BaseModel]) -> dict[str, dict]:
+    """Field name -> its fit metadata (``_fit``), for every field of ``model`` that a fit
+    may free: the one place priors and bounds are written."""
+    out = {}
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra
+        if isinstance(extra, dict) and "fit" in extra:
+            out[name] = extra["fit"]
+    return out
+
+
+def unit_of(model: type[BaseModel], name: str) -> str:
+    """The SI unit of a parameter ("1": a ratio; "" where the field does not say)."""
+    extra = model.model_fields[name].json_schema_extra
+    return extra.get("unit", "") if isinstance(extra, dict) else ""
+
+
 class KernelParams(BaseModel):
     """Parameters of one kernel family (optionally one dtype or backend of it).
 
@@ -36,73 +62,73 @@ class KernelParams(BaseModel):
     """
 
     model_config = _STRICT
-    compute_efficiency: float = Field(1.0, gt=0, le=1.0)
-    vector_efficiency: float = Field(1.0, gt=0, le=1.0)
-    memory_efficiency: float = Field(1.0, gt=0, le=1.0)
-    launch_s: float = Field(0.0, ge=0)
-    corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max")
+    compute_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
+    vector_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit='1'))
+    memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
+    launch_s: float = Field(0.0, ge=0, json_schema_extra=_fit(3e-06, 0.0, 0.0002, 1e-06, unit='s'))
+    corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max", json_schema_extra=_fit(3.0, 1.05, 30.0, 1.0, unit='1'))
     tile_m: int = Field(1, ge=1)
     tile_n: int = Field(1, ge=1)
-    k_overhead: float = Field(0.0, ge=0, description="per-tile pipeline fill, in k elements")
+    k_overhead: float = Field(0.0, ge=0, description="per-tile pipeline fill, in k elements", json_schema_extra=_fit(64.0, 1.0, 8192.0, 32.0, log=True, unit='elements of k'))
     wave_quantization: bool = False
     align8_compute: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM compute-rate factor when the narrowest row stride is 4- or 8-byte aligned "
-        "(no TMA: older cp.async kernels)"))
-    align8_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case")
+        "(no TMA: older cp.async kernels)"), json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
+    align8_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case", json_schema_extra=_fit(0.6, 0.02, 1.0, 0.1, unit='1'))
     align2_compute: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"))
-    align2_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case")
+        "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"), json_schema_extra=_fit(0.2, 0.02, 1.0, 0.1, unit='1'))
+    align2_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case", json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
     align2_launch_s: float = Field(0.0, ge=0, description=(
-        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"))
+        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"), json_schema_extra=_fit(3e-07, 0.0, 2e-05, 1e-07, unit='s'))
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
-        "reduction kernel (0: never)"))
+        "reduction kernel (0: never)"), json_schema_extra=_fit(128.0, 4.0, 4096.0, 32.0, log=True, unit='elements of k per 64x64 tile'))
     element_load_rate: float = Field(0.0, ge=0, description=(
         "GEMM, tiled regimes (profile keys '<dtype>:align2_tiled', ':align8_tiled', "
         "':simt_tiled'): operand elements one SM loads per second through the narrow loads "
-        "of the kernels cuBLAS runs for strides under 16 bytes (0: no load term)"))
+        "of the kernels cuBLAS runs for strides under 16 bytes (0: no load term)"), json_schema_extra=_fit(20000000000.0, 100000000.0, 10000000000000.0, 1000000000.0, log=True, unit='elements/s'))
     cta_share: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"))
+        "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"), json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit='1'))
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
-        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"))
+        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"), json_schema_extra=_fit(1e-10, 1e-13, 1e-08, 1e-11, log=True, unit='s'))
     split_k_s: float = Field(0.0, ge=0, description=(
-        "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"))
+        "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"), json_schema_extra=_fit(1e-06, 0.0, 5e-05, 1e-07, unit='s'))
     align2_split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: split_k_ratio of the kernels for element-aligned strides, which split even "
-        "a short k (0: as split_k_ratio)"))
+        "a short k (0: as split_k_ratio)"), json_schema_extra=_fit(16.0, 0.5, 4096.0, 8.0, log=True, unit='elements of k per 64x64 tile'))
     split_k_min: float = Field(2560.0, ge=0, description="GEMM: smallest k that is ever split")
     skinny_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"))
+        "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
     gemv_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"))
+        "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
     row_element_s: float = Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
-        "that one thread block walks in series"))
+        "that one thread block walks in series"), json_schema_extra=_fit(1e-09, 1e-14, 1e-07, 1e-11, log=True, unit='s'))
     head_dim_tile: int = Field(1, ge=1, description=(
         "attention: head dims are computed rounded up to a multiple of this"))
     critical_path: float = Field(0.0, ge=0, description=(
         "attention: weight of the critical path, the block of the last queries walking every "
-        "key over its query tile at its SM's share of the rate (0: off)"))
+        "key over its query tile at its SM's share of the rate (0: off)"), json_schema_extra=_fit(1.0, 0.0, 4.0, 0.1, unit='1'))
     walk_dim: float = Field(0.0, ge=0, description=(
-        "attention: the critical path's per-key softmax work, in head-dim elements"))
+        "attention: the critical path's per-key softmax work, in head-dim elements"), json_schema_extra=_fit(16.0, 0.0, 512.0, 8.0, unit='elements'))
     key_block_s: float = Field(0.0, ge=0, description=(
-        "attention: fixed cost of each block of keys the critical path walks"))
+        "attention: fixed cost of each block of keys the critical path walks"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
     block_s: float = Field(0.0, ge=0, description=(
         "attention: fixed cost of one thread block (its queries in, its output out), paid "
-        "once per round of blocks on an SM"))
+        "once per round of blocks on an SM"), json_schema_extra=_fit(1e-06, 0.0, 5e-05, 1e-07, unit='s'))
     softmax_overlap: float | None = Field(None, ge=0, le=1.0, description=(
         "attention: share of the softmax work (exp and vector math) hidden under the matrix "
-        "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"))
+        "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"), json_schema_extra=_fit(0.5, 0.0, 1.0, 0.1, unit='1'))
     combine_split_s: float = Field(0.0, ge=0, description=(
         "attention, FlashAttention-2 split keys: time per split of the combine kernel's "
         "serial walk over the splits' partial outputs (a few rows per thread block), "
-        "paid once per round of its blocks"))
+        "paid once per round of its blocks"), json_schema_extra=_fit(1e-07, 0.0, 5e-06, 1e-08, unit='s'))
     unsplit_memory_efficiency: float = Field(1.0, gt=0, le=1.0, description=(
         "attention: bandwidth factor of short-query kernels that do not split the keys "
-        "(the GPU is already full of blocks)"))
+        "(the GPU is already full of blocks)"), json_schema_extra=_fit(0.8, 0.1, 1.0, 0.1, unit='1'))
     causal_overhead: float = Field(0.0, ge=0, description=(
-        "attention: keys per query computed and masked on the diagonal blocks of causal attention"))
+        "attention: keys per query computed and masked on the diagonal blocks of causal attention"), json_schema_extra=_fit(64.0, 0.0, 4096.0, 32.0, unit='keys'))
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))
@@ -114,38 +140,38 @@ class KernelParams(BaseModel):
         "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))
     row_bandwidth_elements: float = Field(0.0, ge=0, description=(
         "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
-        "fewer resident blocks); 0: no effect"))
-    rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM")
+        "fewer resident blocks); 0: no effect"), json_schema_extra=_fit(16384.0, 256.0, 10000000.0, 1000.0, log=True, unit='elements'))
+    rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM", json_schema_extra=_fit(16.0, 0.25, 64.0, 1.0, unit='rows'))
     row_double_bytes: float = Field(0.0, ge=0, description=(
         "norms: once a norm reads more than this many bytes in all, each row's serial pass "
         "takes about twice as long (a smooth step; seen on the H200 from ~0.7 MB at any "
-        "row width, cause not established); 0: no effect"))
+        "row width, cause not established); 0: no effect"), json_schema_extra=_fit(700000.0, 10000.0, 1000000000.0, 100000.0, log=True, unit='B'))
     memory_latency_s: float = Field(0.0, ge=0, description=(
         "first-byte latency of a kernel's HBM traffic (memory-bound kernels, GEMMs), paid in "
-        "full once it moves more than memory_latency_bytes"))
-    memory_latency_bytes: float = Field(1.0, gt=0)
+        "full once it moves more than memory_latency_bytes"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
+    memory_latency_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
     large_bytes: float = Field(0.0, ge=0, description=(
         "memory-bound kernels moving more than this ran at large_memory_efficiency of their "
-        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"))
-    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0)
-    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys")
+        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"), json_schema_extra=_fit(900000000.0, 100000000.0, 100000000000.0, 100000000.0, log=True, unit='B'))
+    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.7, 0.1, 1.0, 0.1, unit='1'))
+    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys", json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit='keys'))
     dependent_s: float = Field(0.0, ge=0, description=(
         "family 'sequence', key 'gemm': extra time of a GEMM that is not compute-bound when it "
         "follows other kernels (a layer, a forward pass) rather than copies of itself, as the "
-        "harness times kernels back to back"))
+        "harness times kernels back to back"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
     l2_efficiency: float = Field(0.0, ge=0, le=1.0,
                                  description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
 
 
 class CollectiveParams(BaseModel):
     model_config = _STRICT
-    latency_s: float = Field(0.0, ge=0, description="fixed cost of one call")
-    step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step")
-    link_efficiency: float = Field(1.0, gt=0, le=1.0)
+    latency_s: float = Field(0.0, ge=0, description="fixed cost of one call", json_schema_extra=_fit(1e-05, 0.0, 0.001, 1e-06, unit='s'))
+    step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step", json_schema_extra=_fit(0.0, 0.0, 0.0001, 1e-06, unit='s'))
+    link_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
     fill_latency_s: float = Field(0.0, ge=0, description=(
         "extra latency of messages large enough to leave the low-latency protocols, "
-        "paid in full above fill_bytes"))
-    fill_bytes: float = Field(1.0, gt=0)
+        "paid in full above fill_bytes"), json_schema_extra=_fit(1e-05, 0.0, 0.0002, 1e-06, unit='s'))
+    fill_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
 
 
 class HostParams(BaseModel):
@@ -155,13 +181,16 @@ class HostParams(BaseModel):
     as much as to the GPU."""
 
     model_config = _STRICT
-    call_s: float = Field(0.0, ge=0, description="host time of one call, whatever it launches")
-    kernel_s: float = Field(0.0, ge=0, description="host time per kernel the call launches")
+    call_s: float = Field(0.0, ge=0, description="host time of one call, whatever it launches",
+                          json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
+    kernel_s: float = Field(0.0, ge=0, description="host time per kernel the call launches",
+                            json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
     gap_s: float = Field(0.0, ge=0, description=(
-        "GPU time between back-to-back eagerly launched kernels, beyond a graph's"))
+        "GPU time between back-to-back eagerly launched kernels, beyond a graph's"),
+        json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
     corner: float = Field(0.0, ge=0, description=(
         "p-norm joining host and GPU time (0: the hard max); near the crossover the two "
-        "stages stall each other"))
+        "stages stall each other"), json_schema_extra=_fit(6.0, 1.5, 40.0))
     n: int = Field(0, ge=0, description="eager measurements it was fitted on (0: not fitted)")
 
 
