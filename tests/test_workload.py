@@ -411,3 +411,29 @@ def test_cli_bad_input_is_one_sentence_and_exit_2(args, needle):
     assert code == 2
     assert needle in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_the_measured_layer_is_the_engine_layer_unfused(mode):
+    # decoder_layer records (the harness's eager PyTorch layer) and predict model's layers
+    # come from one builder: the same GEMMs and attention shapes; PyTorch's layer adds the
+    # residual apart from its norms and runs SiLU and the multiply apart
+    from rooflinesim.models.kernels import Phase, phase_kernels
+    from rooflinesim.models.layer import decoder_layer
+
+    m = load_config("llama-3.1-8b")
+    b, seq = 8, 1000
+    ph = (Phase("prefill", batch=b, seq_q=seq, seq_kv=seq, sequences=b) if mode == "prefill"
+          else Phase("decode", batch=b, seq_q=1, seq_kv=seq + 1, sequences=b))
+    engine = {k.name: k.op for k in phase_kernels(m, Deployment(), ph)}
+    layer = decoder_layer(mode, b, seq, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
+                          m.intermediate_size)
+    measured = {name: op for name, op, _ in layer.parts}
+    for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+        assert measured[name] == engine[name], name
+    a, e = measured["attention"], engine["attention"]
+    assert (a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim) == \
+        (e.batch, e.heads, e.kv_heads, e.seq_q, e.seq_kv, e.head_dim)
+    assert [n for n, _, _ in layer.parts].count("residual_add") == 2 and "act" in engine and "silu" in measured
+    rows = 2 * (b * (seq if mode == "prefill" else 1))  # (the engine's norm reads the residual too)
+    assert engine["input_norm"].tokens == rows and measured["input_norm"].tokens == rows // 2

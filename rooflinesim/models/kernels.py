@@ -47,7 +47,7 @@ from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
 from ..ops.moe import MoE
 from .deploy import Deployment, shard
 
-__all__ = ["Kernel", "Phase", "phase_kernels"]
+__all__ = ["Kernel", "Phase", "eager_layer_kernels", "phase_kernels"]
 
 
 class Kernel(NamedTuple):
@@ -162,15 +162,23 @@ def _attention(s: _Shapes, **args) -> Kernel:
                                                dtype=s.act, variant=s.d.attention, **args))
 
 
+def _qkv_proj(s: _Shapes) -> Kernel:
+    """One column-parallel GEMM for q, k and v."""
+    return s.gemm("qkv_proj", s.T, (s.sh.heads + 2 * s.sh.kv_heads) * s.model.head_dim, s.h)
+
+
+def _o_proj(s: _Shapes) -> Kernel:
+    return s.gemm("o_proj", s.T, s.h, s.sh.heads * s.model.v_head_dim)
+
+
 def _gqa(s: _Shapes) -> list[Kernel]:
     m, H, KV, hd = s.model, s.sh.heads, s.sh.kv_heads, s.model.head_dim
-    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer"),
-          s.gemm("qkv_proj", s.T, (H + 2 * KV) * hd, s.h)]
+    ks = [s.add_norm("input_norm"), *s.gather("attn", "layer"), _qkv_proj(s)]
     if m.qk_norm:  # per-head RMSNorm of q and k
         ks.append(s.norm("qk_norm", hd, rows=s.T * (H + KV)))
     ks += [Kernel("rope_kv_cache", Copy, dict(bytes=s.T * (H + 2 * KV) * hd * s.ab)),
            _attention(s, heads=H, kv_heads=KV, head_dim=hd, kv_dtype=s.d.kv_cache),
-           s.gemm("o_proj", s.T, s.h, H * m.v_head_dim), *s.reduce("attn", "layer")]
+           _o_proj(s), *s.reduce("attn", "layer")]
     return ks
 
 
@@ -198,12 +206,49 @@ def _mla(s: _Shapes) -> list[Kernel]:
     return ks
 
 
+def _gate_up_proj(s: _Shapes, prefix: str, width, where: str) -> Kernel:
+    return s.gemm(f"{prefix}gate_up_proj", s.T, 2 * width, s.h, where=where)
+
+
+def _down_proj(s: _Shapes, prefix: str, width, where: str) -> Kernel:
+    return s.gemm(f"{prefix}down_proj", s.T, s.h, width, where=where)
+
+
 def _mlp(s: _Shapes, prefix: str, width: int, where: str) -> list[Kernel]:
     kind = "gelu_mul" if "gelu" in s.model.hidden_act else "silu_mul"
-    return [s.gemm(f"{prefix}gate_up_proj", s.T, 2 * width, s.h, where=where),
+    return [_gate_up_proj(s, prefix, width, where),
             Kernel(f"{prefix}act", Elementwise, dict(elements=s.T * width, kind=kind, dtype=s.act),
                    where=where),
-            s.gemm(f"{prefix}down_proj", s.T, s.h, width, where=where)]
+            _down_proj(s, prefix, width, where)]
+
+
+def eager_layer_kernels(model, d, ph: Phase, sh, attention: dict) -> list[Kernel]:
+    """One dense GQA decoder layer as eager PyTorch runs it, module by module (the layer
+    the harness times as ``decoder_layer`` records): RMSNorm, the QKV GEMM, in decode the
+    new token's K and V copied into the cache (two copies), SDPA (``attention``: its
+    backend and variant; causal over the prompt in prefill, one query over the cache in
+    decode), the O GEMM, the residual add, RMSNorm, the gate-up GEMM, SiLU and the
+    multiply apart, the down GEMM and the residual add. Its GEMMs and attention are those
+    of the engine's layer (``phase_kernels``); what differs is what fuses: an engine adds
+    the residual inside its norms, fuses RoPE with the cache write and SiLU with the
+    multiply. SDPA's output is already laid out [tokens, heads x head_dim], so no copy
+    merges the heads (the measured kernel names show none); no RoPE kernel is timed."""
+    s = _Shapes(model, d, ph, sh)
+    H, KV, hd = sh.heads, sh.kv_heads, model.head_dim
+    decode = ph.name == "decode"
+    attn = Kernel("attention", Attention, dict(batch=s.b, heads=H, kv_heads=KV, seq_q=s.sq, seq_kv=s.skv,
+                                               head_dim=hd, causal=not decode, dtype=s.act, **attention))
+    ks = [s.norm("input_norm", s.h), _qkv_proj(s)]
+    if decode:  # write the new K and V into the cache
+        ks.append(Kernel("kv_cache_write", Copy, dict(bytes=s.T * KV * hd * s.ab), count=2))
+    ks += [attn, _o_proj(s),
+           Kernel("residual_add", Elementwise, dict(elements=s.T * s.h, kind="add", dtype=s.act)),
+           s.norm("post_attention_norm", s.h), _gate_up_proj(s, "", sh.ffn, "layer"),
+           Kernel("silu", Elementwise, dict(elements=s.T * sh.ffn, kind="silu", dtype=s.act)),
+           Kernel("mul", Elementwise, dict(elements=s.T * sh.ffn, kind="mul", dtype=s.act)),
+           _down_proj(s, "", sh.ffn, "layer"),
+           Kernel("residual_add", Elementwise, dict(elements=s.T * s.h, kind="add", dtype=s.act))]
+    return ks
 
 
 def _moe(s: _Shapes) -> list[Kernel]:
