@@ -21,7 +21,7 @@ from .errors import UserError
 from .gpu import SpecMethods
 
 ENV_CACHE = "ROOFLINESIM_CACHE_DIR"
-_VERSION = 6
+_VERSION = 7
 
 
 class SpecView(SpecMethods):
@@ -52,13 +52,13 @@ class ProfileView:
         table = self._kernels.get(family, {})
         for key in (*keys, "default"):
             if key and key in table:
-                return self._view(("k", family, key), table[key], self._kd)
-        return self._view(("k", "", ""), {}, self._kd)
+                return self._view(("k", family, key), table[key], self._kd[family])
+        return self._view(("k", family, ""), {}, self._kd[family])
 
     def find(self, family: str, *keys: str):
         table = self._kernels.get(family, {})
         key = next((k for k in keys if k in table), None)
-        return None if key is None else self._view(("k", family, key), table[key], self._kd)
+        return None if key is None else self._view(("k", family, key), table[key], self._kd[family])
 
     def host_params(self, *keys: str):
         table = self._host
@@ -146,7 +146,7 @@ def _signature() -> str:
 
 def _build() -> dict:
     """Validate every bundled and user spec and profile (the slow path), as plain data."""
-    from .calibration.profile import (IDEAL, CollectiveParams, HostParams, KernelParams, bundled_profile,
+    from .calibration.profile import (FAMILY_PARAMS, IDEAL, CollectiveParams, HostParams, bundled_profile,
                                       bundled_profiles)
     from .hardware import aliases, device_names, load_spec, spec_names
     from .memory.overheads import load_overheads
@@ -160,7 +160,7 @@ def _build() -> dict:
               **{_key(a): c for a, c in aliases().items()}, **{_key(n): n for n in specs}}
     profiles = {g: bundled_profile(g).model_dump() for g in bundled_profiles()}
     return {"specs": specs, "lookup": lookup, "profiles": profiles,
-            "kernel_defaults": KernelParams().model_dump(),
+            "kernel_defaults": {f: params().model_dump() for f, params in FAMILY_PARAMS.items()},
             "collective_defaults": CollectiveParams().model_dump(),
             "host_defaults": [HostParams().model_dump(), IDEAL.host_params().model_dump()],
             "models": {n: _load_preset(n).model_dump() for n in preset_names()},

@@ -44,7 +44,7 @@ class KernelTerms:
     hidden under the matrix work."""
 
     work: Work
-    p: Any  # KernelParams
+    p: Any  # the family's parameters (calibration.profile.RooflineParams and its subclasses)
     compute_scale: Any = 1.0
     overlap_aux: Any = False
     memory_scale: Any = 1.0

@@ -9,7 +9,7 @@ import pytest
 from helpers import run_cli as cli
 
 from rooflinesim.calibration import fit, records
-from rooflinesim.calibration.profile import IDEAL, KernelParams, Profile, load_profile_file
+from rooflinesim.calibration.profile import IDEAL, GemmParams, Profile, load_profile_file
 from rooflinesim.calibration.validate import validate
 from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec, load_spec_file
@@ -55,7 +55,7 @@ def test_cpu_loop_measure_fit_validate(tmp_path):
 
 def test_fit_recovers_known_parameters():
     spec = load_spec("h200")
-    truth = Profile(kind="fitted", kernels={"gemm": {"bf16": KernelParams(
+    truth = Profile(kind="fitted", kernels={"gemm": {"bf16": GemmParams(
         compute_efficiency=0.7, memory_efficiency=0.85, launch_s=3e-6, corner=4.0, tile_m=128,
         tile_n=128, k_overhead=80.0)}})
     rng = np.random.default_rng(1)
@@ -276,10 +276,9 @@ def test_a_profile_says_which_families_its_records_fitted(tmp_path):
 def test_every_fitted_parameter_states_its_unit_prior_and_bounds():
     # the fit reads its priors and bounds from the profile's own fields (no second
     # registry): each prior lies within its bounds and is a value the field accepts
-    from rooflinesim.calibration.profile import (CollectiveParams, HostParams, KernelParams, fit_ranges,
-                                                 unit_of)
+    from rooflinesim.calibration.profile import FAMILY_PARAMS, CollectiveParams, HostParams, fit_ranges, unit_of
 
-    for model in (KernelParams, CollectiveParams, HostParams):
+    for model in (*FAMILY_PARAMS.values(), CollectiveParams, HostParams):
         ranges = fit_ranges(model)
         assert ranges, model
         for name, r in ranges.items():
@@ -287,5 +286,26 @@ def test_every_fitted_parameter_states_its_unit_prior_and_bounds():
             assert lo <= r["prior"] <= hi, (model.__name__, name)
             assert unit_of(model, name), (model.__name__, name)
             model(**{name: r["prior"]})  # (within the field's own constraints)
-    assert unit_of(KernelParams, "launch_s") == "s" and unit_of(KernelParams, "compute_efficiency") == "1"
-    assert set(fit.PARAMS) == set(fit_ranges(KernelParams)) | set(fit_ranges(CollectiveParams))
+    gemm = FAMILY_PARAMS["gemm"]
+    assert unit_of(gemm, "launch_s") == "s" and unit_of(gemm, "compute_efficiency") == "1"
+    assert set(fit.PARAMS) == {n for m in (*FAMILY_PARAMS.values(), CollectiveParams) for n in fit_ranges(m)}
+
+
+@pytest.mark.parametrize("kernels, needle", [
+    ({"gemm": {"bf16": {"compute_efficiency": 0.7, "rows_per_sm": 4}}},
+     "gemm.bf16.rows_per_sm is not a parameter of the gemm family"),
+    ({"attention": {"sdpa-flash": {"tile_n": 64}}}, "attention.sdpa-flash.tile_n is not a parameter"),
+    ({"gemms": {"bf16": {}}}, "unknown kernel family 'gemms'"),
+    ({"memory": {"copy": {"launch_s": "fast"}}}, "memory.copy.launch_s: Input should be a valid number"),
+])
+def test_a_profile_entry_takes_its_own_familys_parameters(tmp_path, kernels, needle):
+    # each family has its own parameters: a field of another family is one clear
+    # sentence and exit code 2, not a value silently ignored
+    import yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"gpu": "h200-sxm", "kind": "fitted", "kernels": kernels}))
+    code, out, err = cli(["predict", "gemm", "-m", "64", "-n", "64", "-k", "64", "--gpu", "h200",
+                          "--profile", str(path)])
+    assert code == 2 and needle in err and "Traceback" not in out + err, err
+    assert len(err.strip().splitlines()) == 1

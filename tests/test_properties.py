@@ -6,7 +6,7 @@ import sympy as sp
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from rooflinesim.calibration.profile import IDEAL, KernelParams, Profile
+from rooflinesim.calibration.profile import IDEAL, GemmParams, Profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Collective, Gemm
 from rooflinesim.predict import predict
@@ -14,7 +14,7 @@ from rooflinesim.predict import predict
 H100 = load_spec("h100")
 dims = st.integers(min_value=1, max_value=1 << 15)
 gemm_dtypes = st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"])
-FITTED_LIKE = Profile(kind="fitted", kernels={"gemm": {"default": KernelParams(
+FITTED_LIKE = Profile(kind="fitted", kernels={"gemm": {"default": GemmParams(
     compute_efficiency=0.8, memory_efficiency=0.85, launch_s=3e-6, corner=3.0, tile_m=128,
     tile_n=128, k_overhead=64, wave_quantization=True, align8_compute=0.3, align2_compute=0.2, align2_memory=0.4, split_k_ratio=128)}})
 
@@ -43,7 +43,7 @@ def test_gemm_latency_monotone_in_size(m, n, k, steps, profile):
 
 TILED_LIKE = Profile(kind="fitted", kernels={"gemm": {
     "default": FITTED_LIKE.kernels["gemm"]["default"],
-    "bf16:align2_tiled": KernelParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
+    "bf16:align2_tiled": GemmParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
                                       k_overhead=50.0, launch_s=2e-6, memory_efficiency=0.25, corner=20.0,
                                       split_k_s=1e-6)}})
 

@@ -5,7 +5,8 @@ per-regime pricing of arrays."""
 import numpy as np
 import pytest
 
-from rooflinesim.calibration.profile import KernelParams, Profile, resolve_profile
+from rooflinesim.calibration.profile import (AttentionParams, GemmParams, Profile, RowParams, SequenceParams,
+                                             resolve_profile)
 from rooflinesim.hardware import load_spec
 from rooflinesim.ops import Attention, Copy, Gemm
 from rooflinesim.ops.memory import Norm
@@ -92,7 +93,7 @@ def test_decode_groups_wider_than_a_tile_reread_the_cache():
 
 
 def test_misaligned_copies_pay_a_fixed_cost_and_large_ones_do_not_slow_twice():
-    p = Profile(kind="fitted", kernels={"memory": {"copy": KernelParams(
+    p = Profile(kind="fitted", kernels={"memory": {"copy": RowParams(
         memory_efficiency=0.9, launch_s=1e-6, align8_memory=0.65, align2_memory=0.65,
         align2_launch_s=3e-7, large_bytes=1e9, large_memory_efficiency=0.65)}})
     small_even, small_odd = Copy(bytes=4096), Copy(bytes=4095)
@@ -120,8 +121,8 @@ def test_norm_row_pass_doubles_past_the_size_step():
     """A norm's serial row pass steps to twice its time once the input passes
     row_double_bytes, whatever the row width; small inputs are untouched."""
     base = dict(memory_efficiency=1.0, launch_s=1e-6, row_element_s=1e-9, rows_per_sm=16)
-    plain = Profile(kind="fitted", kernels={"memory": {"rmsnorm": KernelParams(**base)}})
-    step = Profile(kind="fitted", kernels={"memory": {"rmsnorm": KernelParams(**base, row_double_bytes=7e5)}})
+    plain = Profile(kind="fitted", kernels={"memory": {"rmsnorm": RowParams(**base)}})
+    step = Profile(kind="fitted", kernels={"memory": {"rmsnorm": RowParams(**base, row_double_bytes=7e5)}})
     few, many = Norm(tokens=4, hidden=8192), Norm(tokens=256, hidden=8192)
     assert predict(few, H200, step).latency_s == pytest.approx(predict(few, H200, plain).latency_s, rel=1e-3)
     t = predict(many, H200, step)
@@ -135,7 +136,7 @@ def test_gemms_that_are_not_compute_bound_cost_more_in_a_sequence():
     times them, they do not pay it."""
     gemm_params = PROFILE.kernels["gemm"]
     p = Profile(kind="fitted", kernels={"gemm": gemm_params,
-                                        "sequence": {"gemm": KernelParams(dependent_s=3e-6)}})
+                                        "sequence": {"gemm": SequenceParams(dependent_s=3e-6)}})
     skinny, square = Gemm(m=4, n=4096, k=4096), Gemm(m=8192, n=8192, k=8192)
     alone = Profile(kind="fitted", kernels={"gemm": gemm_params})
     assert predict(skinny, H200, p).latency_s == pytest.approx(predict(skinny, H200, alone).latency_s, rel=1e-12)
@@ -174,8 +175,8 @@ def test_flash_split_pays_its_combine_per_split():
     after the other: the cost grows with the split count, and an unsplit op pays none."""
     base = dict(compute_efficiency=0.4, memory_efficiency=0.9, launch_s=4e-6, tile_m=64,
                 wave_quantization=True, split_kv="fa2", split_kv_max_query=1 << 30)
-    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": KernelParams(**base)}})
-    comb = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": KernelParams(**base, combine_split_s=2e-7)}})
+    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": AttentionParams(**base)}})
+    comb = Profile(kind="fitted", kernels={"attention": {"sdpa-flash": AttentionParams(**base, combine_split_s=2e-7)}})
     # one KV head of 64 packed query heads: one block; 132 key blocks of 256 split 66
     # ways (2 key blocks each), and the combine's 8 blocks fit in one round
     few = Attention(batch=1, heads=64, kv_heads=1, seq_q=1, seq_kv=33617, head_dim=64,
@@ -191,7 +192,7 @@ def test_flash_split_pays_its_combine_per_split():
 def test_cudnn_decode_splits_only_long_caches_and_then_runs_a_reduction():
     """cuDNN's decode kernel splits the keys of an under-filled GPU only past 512 cached
     keys (its kernel counts on the H200); a split adds the reduction kernel's launch."""
-    p = Profile(kind="fitted", kernels={"attention": {"sdpa-cudnn:decode": KernelParams(
+    p = Profile(kind="fitted", kernels={"attention": {"sdpa-cudnn:decode": AttentionParams(
         memory_efficiency=0.9, launch_s=4e-6, tile_m=16, wave_quantization=True,
         split_kv_max_query=1, split_kv_min_keys=512)}})
 
@@ -207,7 +208,7 @@ def test_cudnn_decode_splits_only_long_caches_and_then_runs_a_reduction():
 def test_fp8_gemms_walk_k_at_twice_the_pace_of_bf16():
     """The serial k walk of a thread block moves its operand rows: one byte per element
     in fp8 against two in bf16."""
-    p = KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
+    p = GemmParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
     prof = Profile(kind="fitted", kernels={"gemm": {"bf16": p, "fp8": p}})
     walk = {dt: predict(Gemm(m=1, n=64, k=8192, dtype=dt), H200, prof).losses["k_serial_s"]
             for dt in ("bf16", "fp8")}
@@ -218,7 +219,7 @@ def test_fp8_gemms_walk_k_at_twice_the_pace_of_bf16():
 def test_misaligned_single_rows_run_gemv_kernels_without_a_serial_k_walk():
     """cuBLAS runs a misaligned single-row GEMM with its GEMV kernels, which split k
     over warps; an aligned one runs a tensor-core kernel whose block walks k."""
-    p = KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
+    p = GemmParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, k_element_s=2e-9)
     prof = Profile(kind="fitted", kernels={"gemm": {"bf16": p}})
     gemv = predict(Gemm(m=1, n=6754, k=3127), H200, prof)
     assert not np.any(gemv.losses["k_serial_s"])
@@ -232,8 +233,8 @@ def test_cutlass_attention_pays_a_fixed_cost_per_block_of_keys():
     hide from each other."""
     base = dict(compute_efficiency=0.25, memory_efficiency=1.0, launch_s=2e-6, tile_m=64,
                 wave_quantization=True, split_kv_max_query=0)
-    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": KernelParams(**base)}})
-    blocks = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": KernelParams(**base, key_block_s=2e-6)}})
+    plain = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": AttentionParams(**base)}})
+    blocks = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": AttentionParams(**base, key_block_s=2e-6)}})
 
     def timed(d, prof, batch=1):
         return predict(Attention(batch=batch, heads=16, kv_heads=16, seq_q=1, seq_kv=8192, head_dim=d,
@@ -249,11 +250,11 @@ def test_cutlass_attention_pays_a_fixed_cost_per_block_of_keys():
 
 
 TILED = Profile(kind="fitted", kernels={"gemm": {
-    "bf16": KernelParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, corner=3.0,
+    "bf16": GemmParams(compute_efficiency=0.7, memory_efficiency=0.9, launch_s=2e-6, corner=3.0,
                          tile_m=64, tile_n=128),
-    "bf16:align2": KernelParams(compute_efficiency=0.15, memory_efficiency=0.6, launch_s=2.5e-6, corner=1.5,
+    "bf16:align2": GemmParams(compute_efficiency=0.15, memory_efficiency=0.6, launch_s=2.5e-6, corner=1.5,
                                 tile_m=64, tile_n=64, k_element_s=6e-9),
-    "bf16:align2_tiled": KernelParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
+    "bf16:align2_tiled": GemmParams(compute_efficiency=0.25, element_load_rate=1.3e10, cta_share=0.65,
                                       k_overhead=50.0, launch_s=2e-6, memory_efficiency=0.25, corner=20.0,
                                       split_k_s=1e-6)}})
 
@@ -296,8 +297,8 @@ def test_tiled_gemms_mixed_with_others_price_as_alone():
 
 def test_fp32_gemms_run_cuda_core_tiles_whatever_their_strides():
     simt = Profile(kind="fitted", kernels={"gemm": {
-        "fp32": KernelParams(compute_efficiency=0.8, memory_efficiency=0.9, launch_s=2e-6, corner=3.0),
-        "fp32:simt_tiled": KernelParams(compute_efficiency=0.9, element_load_rate=1.3e10, cta_share=0.7,
+        "fp32": GemmParams(compute_efficiency=0.8, memory_efficiency=0.9, launch_s=2e-6, corner=3.0),
+        "fp32:simt_tiled": GemmParams(compute_efficiency=0.9, element_load_rate=1.3e10, cta_share=0.7,
                                         k_overhead=30.0, launch_s=2e-6, memory_efficiency=0.6, corner=20.0)}})
     for n in (4096, 4097):  # 16-byte and 4-byte strides
         t = predict(Gemm(m=2048, n=n, k=2048, dtype="fp32"), H200, simt)

@@ -27,13 +27,13 @@ from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_reg
 from .folds import held_out
 from .hf import fit_hf_host
 from .host import fit_host
-from .profile import FAMILIES, CollectiveParams, HostParams, KernelParams, Profile, fit_ranges
+from .profile import FAMILIES, FAMILY_PARAMS, CollectiveParams, HostParams, Profile, fit_ranges
 from .records import COLLECTIVES, Measurements, Unpredictable, is_graph_memcpy, measured_on, to_op
 from .validate import is_eager, predicted, reasons, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale), as the profile's
 # fields state them (profile.fit_ranges: the one place they are written)
-_RANGES = {**fit_ranges(KernelParams), **fit_ranges(CollectiveParams)}
+_RANGES = {name: r for params in (*FAMILY_PARAMS.values(), CollectiveParams) for name, r in fit_ranges(params).items()}
 PARAMS = {name: (r["prior"], *r["bounds"], r["scale"]) for name, r in _RANGES.items()}
 
 
@@ -46,7 +46,7 @@ class Group:
     key: str  # dtype, backend or kind inside the family
     select: object  # rec -> bool
     free: tuple  # parameter names fitted
-    fixed: dict = field(default_factory=dict)  # other KernelParams fields
+    fixed: dict = field(default_factory=dict)  # other fields of the family's parameters
     also: tuple = ()  # (family, key) that receive the same parameters
     inherit: tuple | None = None  # (family, key) whose fitted parameters are the defaults
     inherit_only: tuple = ()  # the fields taken from inherit (empty: all of them)
@@ -264,22 +264,24 @@ def _with(profile: Profile, group: Group, values: dict) -> Profile:
     if group.family == "collective":
         collectives[group.key] = CollectiveParams(**own)
     else:
-        base = _inherited(profile, group.inherit)
+        base = _inherited(profile, group.inherit, FAMILY_PARAMS[group.family])
         if group.inherit_only:
             base = {f: base[f] for f in group.inherit_only if f in base}
-        params = KernelParams(**{**base, **group.fixed, **own})
+        params = FAMILY_PARAMS[group.family](**{**base, **group.fixed, **own})
         for fam, key in ((group.family, group.key), *group.also):
             kernels.setdefault(fam, {})[key] = params
     for prefix, fam, key, inherit in group.linked:
         mine = {n.partition(".")[2]: v for n, v in values.items() if n.startswith(prefix + ".")}
-        kernels.setdefault(fam, {})[key] = KernelParams(**{**_inherited(profile, inherit), **mine})
+        kernels.setdefault(fam, {})[key] = FAMILY_PARAMS[fam](**{**_inherited(profile, inherit), **mine})
     return profile.model_copy(update={"kernels": kernels, "collectives": collectives})
 
 
-def _inherited(profile: Profile, source) -> dict:
-    """The fitted parameters of (family, key) ``source``, or none."""
+def _inherited(profile: Profile, source, params=None) -> dict:
+    """The fitted parameters of (family, key) ``source``, or none; with ``params`` (a
+    family's class), only the fields it has."""
     if source and source[1] in profile.kernels.get(source[0], {}):
-        return profile.kernels[source[0]][source[1]].model_dump()
+        found = profile.kernels[source[0]][source[1]].model_dump()
+        return found if params is None else {f: v for f, v in found.items() if f in params.model_fields}
     return {}
 
 
@@ -406,8 +408,8 @@ def write_profile(profile: Profile, path) -> None:
 
     data = profile.model_dump(exclude_defaults=False)
     # keep the file readable: drop parameters left at their ideal defaults
-    ideal = KernelParams().model_dump()
-    for fam in data["kernels"].values():
+    for name, fam in data["kernels"].items():
+        ideal = FAMILY_PARAMS[name]().model_dump()
         for key, params in fam.items():
             fam[key] = {k: _round(v) for k, v in params.items() if v != ideal[k]}
     data["collectives"] = {k: {kk: _round(vv) for kk, vv in v.items()}

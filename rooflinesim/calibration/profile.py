@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
 from ..errors import UserError
 
@@ -53,33 +53,88 @@ def unit_of(model: type[BaseModel], name: str) -> str:
     return extra.get("unit", "") if isinstance(extra, dict) else ""
 
 
-class KernelParams(BaseModel):
-    """Parameters of one kernel family (optionally one dtype or backend of it).
+# Fields more than one family has, each written once (a function per field, so that
+# every class holds its own copy of the definition).
 
-    latency = kernels * launch_s + corner-norm(compute_s, hbm_s, l2_s), where
-    compute_s uses ``compute_efficiency`` of the dtype's peak (and the tile, k-overhead
-    and wave losses where set) and hbm_s uses ``memory_efficiency`` of HBM bandwidth.
-    """
+
+def _align2_memory():
+    return Field(1.0, gt=0, le=1.0, description=(
+        "bandwidth factor when a GEMM's row stride, or a copy's size, is only element-aligned"),
+        json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
+
+
+def _align8_memory():
+    return Field(1.0, gt=0, le=1.0, description=(
+        "bandwidth factor when a GEMM's narrowest row stride, or a copy's size, is 4- or 8-byte aligned"),
+        json_schema_extra=_fit(0.6, 0.02, 1.0, 0.1, unit='1'))
+
+
+def _k_overhead():
+    return Field(0.0, ge=0, description="per-tile pipeline fill, in k elements", json_schema_extra=_fit(64.0, 1.0, 8192.0, 32.0, log=True, unit='elements of k'))
+
+
+def _row_element_s():
+    return Field(0.0, ge=0, description=(
+        "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
+        "that one thread block walks in series"), json_schema_extra=_fit(1e-09, 1e-14, 1e-07, 1e-11, log=True, unit='s'))
+
+
+def _tile_m():
+    return Field(1, ge=1, description="rows of the kernel's output (query) tile; 1: no tiling known")
+
+
+def _wave_quantization():
+    return Field(False, description="thread blocks run in whole waves over the SMs")
+
+
+class FamilyParams(BaseModel):
+    """Parameters of one kernel family (optionally one dtype, backend or kind of it): the
+    base of each family's class (``FAMILY_PARAMS``). Frozen; a profile file names only
+    the fields it changes, and a field of another family is an error."""
 
     model_config = _STRICT
+
+
+class RooflineParams(FamilyParams):
+    """What the roofline step prices every kernel with (``pricing``):
+
+    latency = kernels * launch_s + corner-norm(compute_s, hbm_s, l2_s), where compute_s
+    uses ``compute_efficiency`` of the dtype's peak (vector FLOPs ``vector_efficiency``
+    of the fp32 rate) and hbm_s ``memory_efficiency`` of HBM bandwidth, with the DRAM
+    latency and large-transfer terms."""
+
     compute_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
     vector_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit='1'))
     memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
     launch_s: float = Field(0.0, ge=0, json_schema_extra=_fit(3e-06, 0.0, 0.0002, 1e-06, unit='s'))
     corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max", json_schema_extra=_fit(3.0, 1.05, 30.0, 1.0, unit='1'))
-    tile_m: int = Field(1, ge=1)
+    memory_latency_s: float = Field(0.0, ge=0, description=(
+        "first-byte latency of a kernel's HBM traffic (memory-bound kernels, GEMMs), paid in "
+        "full once it moves more than memory_latency_bytes"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
+    memory_latency_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
+    large_bytes: float = Field(0.0, ge=0, description=(
+        "memory-bound kernels moving more than this ran at large_memory_efficiency of their "
+        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"), json_schema_extra=_fit(900000000.0, 100000000.0, 100000000000.0, 100000000.0, log=True, unit='B'))
+    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.7, 0.1, 1.0, 0.1, unit='1'))
+    l2_efficiency: float = Field(0.0, ge=0, le=1.0,
+                                 description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
+
+
+class GemmParams(RooflineParams):
+    """GEMMs (family ``gemm``, keyed by dtype, and dtype:regime for misaligned strides):
+    tiles, k fill, waves, alignment classes, split k, the serial k walk."""
+
+    tile_m: int = _tile_m()
     tile_n: int = Field(1, ge=1)
-    k_overhead: float = Field(0.0, ge=0, description="per-tile pipeline fill, in k elements", json_schema_extra=_fit(64.0, 1.0, 8192.0, 32.0, log=True, unit='elements of k'))
-    wave_quantization: bool = False
+    k_overhead: float = _k_overhead()
+    wave_quantization: bool = _wave_quantization()
     align8_compute: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM compute-rate factor when the narrowest row stride is 4- or 8-byte aligned "
         "(no TMA: older cp.async kernels)"), json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
-    align8_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case", json_schema_extra=_fit(0.6, 0.02, 1.0, 0.1, unit='1'))
+    align8_memory: float = _align8_memory()
     align2_compute: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"), json_schema_extra=_fit(0.2, 0.02, 1.0, 0.1, unit='1'))
-    align2_memory: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor, same case", json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
-    align2_launch_s: float = Field(0.0, ge=0, description=(
-        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"), json_schema_extra=_fit(3e-07, 0.0, 2e-05, 1e-07, unit='s'))
+    align2_memory: float = _align2_memory()
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"), json_schema_extra=_fit(128.0, 4.0, 4096.0, 32.0, log=True, unit='elements of k per 64x64 tile'))
@@ -102,9 +157,15 @@ class KernelParams(BaseModel):
         "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
     gemv_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
-    row_element_s: float = Field(0.0, ge=0, description=(
-        "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
-        "that one thread block walks in series"), json_schema_extra=_fit(1e-09, 1e-14, 1e-07, 1e-11, log=True, unit='s'))
+
+
+class AttentionParams(RooflineParams):
+    """Attention kernels (family ``attention``, keyed by backend or backend:regime):
+    query tiles, head-dim tiles, the causal diagonal, key splits, the critical path."""
+
+    tile_m: int = _tile_m()
+    wave_quantization: bool = _wave_quantization()
+    row_element_s: float = _row_element_s()
     head_dim_tile: int = Field(1, ge=1, description=(
         "attention: head dims are computed rounded up to a multiple of this"))
     critical_path: float = Field(0.0, ge=0, description=(
@@ -138,6 +199,19 @@ class KernelParams(BaseModel):
     split_kv: Literal["fill", "fa2"] = Field("fill", description=(
         "attention: how short queries split the keys: 'fill' splits until the SMs are "
         "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))
+    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys", json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit='keys'))
+
+
+class RowParams(RooflineParams):
+    """Memory-bound and row-wise kernels (family ``memory``: copies, norms, elementwise,
+    gathers, bookkeeping; keyed by kind): alignment of a copy's size, one thread block per
+    row."""
+
+    align8_memory: float = _align8_memory()
+    align2_memory: float = _align2_memory()
+    align2_launch_s: float = Field(0.0, ge=0, description=(
+        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"), json_schema_extra=_fit(3e-07, 0.0, 2e-05, 1e-07, unit='s'))
+    row_element_s: float = _row_element_s()
     row_bandwidth_elements: float = Field(0.0, ge=0, description=(
         "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
         "fewer resident blocks); 0: no effect"), json_schema_extra=_fit(16384.0, 256.0, 10000000.0, 1000.0, log=True, unit='elements'))
@@ -146,21 +220,29 @@ class KernelParams(BaseModel):
         "norms: once a norm reads more than this many bytes in all, each row's serial pass "
         "takes about twice as long (a smooth step; seen on the H200 from ~0.7 MB at any "
         "row width, cause not established); 0: no effect"), json_schema_extra=_fit(700000.0, 10000.0, 1000000000.0, 100000.0, log=True, unit='B'))
-    memory_latency_s: float = Field(0.0, ge=0, description=(
-        "first-byte latency of a kernel's HBM traffic (memory-bound kernels, GEMMs), paid in "
-        "full once it moves more than memory_latency_bytes"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
-    memory_latency_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
-    large_bytes: float = Field(0.0, ge=0, description=(
-        "memory-bound kernels moving more than this ran at large_memory_efficiency of their "
-        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"), json_schema_extra=_fit(900000000.0, 100000000.0, 100000000000.0, 100000000.0, log=True, unit='B'))
-    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.7, 0.1, 1.0, 0.1, unit='1'))
-    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys", json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit='keys'))
+
+
+class GroupedGemmParams(RooflineParams):
+    """MoE grouped GEMMs (family ``grouped_gemm``, keyed by dtype): row tiles and k fill."""
+
+    tile_m: int = _tile_m()
+    k_overhead: float = _k_overhead()
+
+
+class SequenceParams(FamilyParams):
+    """What a kernel costs among others beyond its own roofline (family ``sequence``, key
+    ``gemm``)."""
+
     dependent_s: float = Field(0.0, ge=0, description=(
         "family 'sequence', key 'gemm': extra time of a GEMM that is not compute-bound when it "
         "follows other kernels (a layer, a forward pass) rather than copies of itself, as the "
         "harness times kernels back to back"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
-    l2_efficiency: float = Field(0.0, ge=0, le=1.0,
-                                 description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
+
+
+FAMILY_PARAMS: dict[str, type[FamilyParams]] = {
+    "memory": RowParams, "gemm": GemmParams, "attention": AttentionParams, "grouped_gemm": GroupedGemmParams,
+    "sequence": SequenceParams,
+}
 
 
 class CollectiveParams(BaseModel):
@@ -199,15 +281,47 @@ class HostParams(BaseModel):
 EAGER_KERNEL_S = 4e-6
 
 
+def _entry(params: type[FamilyParams], family: str, key: str, value) -> FamilyParams:
+    """One profile entry of ``family`` as its class; what is wrong said with where it is."""
+    if isinstance(value, dict):
+        foreign = sorted(set(value) - set(params.model_fields))
+        if foreign:
+            raise ValueError(f"{family}.{key}.{foreign[0]} is not a parameter of the {family} family")
+    try:
+        return params.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in (family, key, *err["loc"]))
+        raise ValueError(f"{where}: {err['msg']}") from None
+
+
 class Profile(BaseModel):
     model_config = _STRICT
     gpu: str | None = None
     kind: Literal["ideal", "fitted", "transferred"] = "ideal"
     provenance: dict = Field(default_factory=dict)
-    kernels: dict[str, dict[str, KernelParams]] = Field(default_factory=dict)
+    # family -> key -> that family's class (dumped as such, not as the base)
+    kernels: dict[str, dict[str, SerializeAsAny[FamilyParams]]] = Field(default_factory=dict)
     collectives: dict[str, CollectiveParams] = Field(default_factory=dict)
     host: dict[str, HostParams] = Field(default_factory=dict)  # op key -> eager host side
     validation: dict = Field(default_factory=dict)
+
+    @field_validator("kernels", mode="before")
+    @classmethod
+    def _family_classes(cls, kernels):
+        """Each family's entries as its own class (FAMILY_PARAMS): a field of another
+        family, or a family there is none of, is an error."""
+        if not isinstance(kernels, dict):
+            return kernels
+        out = {}
+        for family, table in kernels.items():
+            params = FAMILY_PARAMS.get(family)
+            if params is None:
+                raise ValueError(f"unknown kernel family {family!r} (families: {', '.join(FAMILY_PARAMS)})")
+            if not isinstance(table, dict):
+                return kernels  # (the field's own type check says what is wrong)
+            out[family] = {k: v if isinstance(v, params) else _entry(params, family, k, v) for k, v in table.items()}
+        return out
 
     def key(self) -> tuple:
         """What a cache of predictions under this profile is kept by: the identity of the
@@ -230,15 +344,16 @@ class Profile(BaseModel):
                 return self.host[key]
         return _IDEAL_HOST
 
-    def params(self, family: str, *keys: str) -> KernelParams:
-        """The most specific parameters: the first key present, then 'default'."""
+    def params(self, family: str, *keys: str) -> FamilyParams:
+        """The most specific parameters: the first key present, then 'default', else the
+        family's ideal ones."""
         table = self.kernels.get(family, {})
         for key in (*keys, "default"):
             if key and key in table:
                 return table[key]
-        return _IDEAL
+        return _IDEAL[family]
 
-    def find(self, family: str, *keys: str) -> KernelParams | None:
+    def find(self, family: str, *keys: str) -> FamilyParams | None:
         """The parameters of the first key present, or None (no default)."""
         table = self.kernels.get(family, {})
         return next((table[k] for k in keys if k in table), None)
@@ -247,7 +362,7 @@ class Profile(BaseModel):
         return self.collectives.get(kind) or self.collectives.get("default") or _IDEAL_COLL
 
 
-_IDEAL = KernelParams()
+_IDEAL = {family: params() for family, params in FAMILY_PARAMS.items()}
 _IDEAL_COLL = CollectiveParams()
 _IDEAL_HOST = HostParams(kernel_s=EAGER_KERNEL_S)
 IDEAL = Profile()
@@ -331,6 +446,6 @@ def transferred_profile(spec) -> Profile:
     base = profiles[donor]
     plain = {f: {k: p.model_dump() for k, p in table.items()} for f, table in base.kernels.items()}
     moved = transferred_kernels(plain, load_spec(donor).architecture, spec.architecture)
-    kernels = {f: {k: (base.kernels[f][k] if moved[f][k] == plain[f][k] else KernelParams(**moved[f][k]))
+    kernels = {f: {k: (base.kernels[f][k] if moved[f][k] == plain[f][k] else FAMILY_PARAMS[f](**moved[f][k]))
                    for k in table} for f, table in moved.items()}
     return base.model_copy(update={**update, "kernels": kernels})
