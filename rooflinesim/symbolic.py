@@ -12,7 +12,6 @@ import sys
 import numpy as np
 
 
-
 def _sympy(*args):
     """Return the sympy module if any argument is a sympy object, else None."""
     sp = sys.modules.get("sympy")

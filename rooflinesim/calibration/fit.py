@@ -33,7 +33,8 @@ from .validate import is_eager, predicted, reasons, stats
 
 # name -> (initial value, lower bound, upper bound, typical scale), as the profile's
 # fields state them (profile.fit_ranges: the one place they are written)
-_RANGES = {name: r for params in (*FAMILY_PARAMS.values(), CollectiveParams) for name, r in fit_ranges(params).items()}
+_RANGES = {name: r for params in (*FAMILY_PARAMS.values(), CollectiveParams)
+           for name, r in fit_ranges(params).items()}
 PARAMS = {name: (r["prior"], *r["bounds"], r["scale"]) for name, r in _RANGES.items()}
 
 
@@ -272,16 +273,17 @@ def _with(profile: Profile, group: Group, values: dict) -> Profile:
             kernels.setdefault(fam, {})[key] = params
     for prefix, fam, key, inherit in group.linked:
         mine = {n.partition(".")[2]: v for n, v in values.items() if n.startswith(prefix + ".")}
-        kernels.setdefault(fam, {})[key] = FAMILY_PARAMS[fam](**{**_inherited(profile, inherit), **mine})
+        family_params = FAMILY_PARAMS[fam]
+        kernels.setdefault(fam, {})[key] = family_params(**{**_inherited(profile, inherit, family_params), **mine})
     return profile.model_copy(update={"kernels": kernels, "collectives": collectives})
 
 
-def _inherited(profile: Profile, source, params=None) -> dict:
-    """The fitted parameters of (family, key) ``source``, or none; with ``params`` (a
-    family's class), only the fields it has."""
+def _inherited(profile: Profile, source, params) -> dict:
+    """The fitted parameters of (family, key) ``source`` that family class ``params``
+    has, or none."""
     if source and source[1] in profile.kernels.get(source[0], {}):
         found = profile.kernels[source[0]][source[1]].model_dump()
-        return found if params is None else {f: v for f, v in found.items() if f in params.model_fields}
+        return {f: v for f, v in found.items() if f in params.model_fields}
     return {}
 
 

@@ -60,23 +60,24 @@ def unit_of(model: type[BaseModel], name: str) -> str:
 def _align2_memory():
     return Field(1.0, gt=0, le=1.0, description=(
         "bandwidth factor when a GEMM's row stride, or a copy's size, is only element-aligned"),
-        json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
+        json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit="1"))
 
 
 def _align8_memory():
     return Field(1.0, gt=0, le=1.0, description=(
         "bandwidth factor when a GEMM's narrowest row stride, or a copy's size, is 4- or 8-byte aligned"),
-        json_schema_extra=_fit(0.6, 0.02, 1.0, 0.1, unit='1'))
+        json_schema_extra=_fit(0.6, 0.02, 1.0, 0.1, unit="1"))
 
 
 def _k_overhead():
-    return Field(0.0, ge=0, description="per-tile pipeline fill, in k elements", json_schema_extra=_fit(64.0, 1.0, 8192.0, 32.0, log=True, unit='elements of k'))
+    return Field(0.0, ge=0, description="per-tile pipeline fill, in k elements",
+        json_schema_extra=_fit(64.0, 1.0, 8192.0, 32.0, log=True, unit="elements of k"))
 
 
 def _row_element_s():
     return Field(0.0, ge=0, description=(
         "row-wise kernels: seconds per element of one row (norms) or per key (attention) "
-        "that one thread block walks in series"), json_schema_extra=_fit(1e-09, 1e-14, 1e-07, 1e-11, log=True, unit='s'))
+        "that one thread block walks in series"), json_schema_extra=_fit(1e-9, 1e-14, 1e-7, 1e-11, log=True, unit="s"))
 
 
 def _tile_m():
@@ -103,19 +104,22 @@ class RooflineParams(FamilyParams):
     of the fp32 rate) and hbm_s ``memory_efficiency`` of HBM bandwidth, with the DRAM
     latency and large-transfer terms."""
 
-    compute_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
-    vector_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit='1'))
-    memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
-    launch_s: float = Field(0.0, ge=0, json_schema_extra=_fit(3e-06, 0.0, 0.0002, 1e-06, unit='s'))
-    corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max", json_schema_extra=_fit(3.0, 1.05, 30.0, 1.0, unit='1'))
+    compute_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit="1"))
+    vector_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit="1"))
+    memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit="1"))
+    launch_s: float = Field(0.0, ge=0, json_schema_extra=_fit(3e-6, 0.0, 0.0002, 1e-6, unit="s"))
+    corner: float | None = Field(None, gt=1, description="p of the p-norm corner; none = hard max",
+        json_schema_extra=_fit(3.0, 1.05, 30.0, 1.0, unit="1"))
     memory_latency_s: float = Field(0.0, ge=0, description=(
         "first-byte latency of a kernel's HBM traffic (memory-bound kernels, GEMMs), paid in "
-        "full once it moves more than memory_latency_bytes"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
-    memory_latency_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
+        "full once it moves more than memory_latency_bytes"), json_schema_extra=_fit(1e-6, 0.0, 2e-5, 1e-7, unit="s"))
+    memory_latency_bytes: float = Field(1.0, gt=0,
+        json_schema_extra=_fit(1e6, 1000.0, 1e9, 100000.0, log=True, unit="B"))
     large_bytes: float = Field(0.0, ge=0, description=(
         "memory-bound kernels moving more than this ran at large_memory_efficiency of their "
-        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"), json_schema_extra=_fit(900000000.0, 100000000.0, 100000000000.0, 100000000.0, log=True, unit='B'))
-    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.7, 0.1, 1.0, 0.1, unit='1'))
+        "bandwidth on the measured GPU (copies above ~1 GB on an H200; cause not established)"),
+        json_schema_extra=_fit(9e8, 1e8, 1e11, 1e8, log=True, unit="B"))
+    large_memory_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.7, 0.1, 1.0, 0.1, unit="1"))
     l2_efficiency: float = Field(0.0, ge=0, le=1.0,
                                  description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
 
@@ -130,33 +134,42 @@ class GemmParams(RooflineParams):
     wave_quantization: bool = _wave_quantization()
     align8_compute: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM compute-rate factor when the narrowest row stride is 4- or 8-byte aligned "
-        "(no TMA: older cp.async kernels)"), json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit='1'))
+        "(no TMA: older cp.async kernels)"), json_schema_extra=_fit(0.3, 0.02, 1.0, 0.1, unit="1"))
     align8_memory: float = _align8_memory()
     align2_compute: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"), json_schema_extra=_fit(0.2, 0.02, 1.0, 0.1, unit='1'))
+        "GEMM compute-rate factor when a row stride is only element-aligned (odd sizes)"),
+        json_schema_extra=_fit(0.2, 0.02, 1.0, 0.1, unit="1"))
     align2_memory: float = _align2_memory()
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
-        "reduction kernel (0: never)"), json_schema_extra=_fit(128.0, 4.0, 4096.0, 32.0, log=True, unit='elements of k per 64x64 tile'))
+        "reduction kernel (0: never)"),
+        json_schema_extra=_fit(128.0, 4.0, 4096.0, 32.0, log=True, unit="elements of k per 64x64 tile"))
     element_load_rate: float = Field(0.0, ge=0, description=(
         "GEMM, tiled regimes (profile keys '<dtype>:align2_tiled', ':align8_tiled', "
         "':simt_tiled'): operand elements one SM loads per second through the narrow loads "
-        "of the kernels cuBLAS runs for strides under 16 bytes (0: no load term)"), json_schema_extra=_fit(20000000000.0, 100000000.0, 10000000000000.0, 1000000000.0, log=True, unit='elements/s'))
+        "of the kernels cuBLAS runs for strides under 16 bytes (0: no load term)"),
+        json_schema_extra=_fit(2e10, 1e8, 1e13, 1e9, log=True, unit="elements/s"))
     cta_share: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"), json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit='1'))
+        "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"),
+        json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit="1"))
     k_element_s: float = Field(0.0, ge=0, description=(
         "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
-        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"), json_schema_extra=_fit(1e-10, 1e-13, 1e-08, 1e-11, log=True, unit='s'))
+        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"),
+        json_schema_extra=_fit(1e-10, 1e-13, 1e-8, 1e-11, log=True, unit="s"))
     split_k_s: float = Field(0.0, ge=0, description=(
-        "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"), json_schema_extra=_fit(1e-06, 0.0, 5e-05, 1e-07, unit='s'))
+        "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"),
+        json_schema_extra=_fit(1e-6, 0.0, 5e-5, 1e-7, unit="s"))
     align2_split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: split_k_ratio of the kernels for element-aligned strides, which split even "
-        "a short k (0: as split_k_ratio)"), json_schema_extra=_fit(16.0, 0.5, 4096.0, 8.0, log=True, unit='elements of k per 64x64 tile'))
+        "a short k (0: as split_k_ratio)"),
+        json_schema_extra=_fit(16.0, 0.5, 4096.0, 8.0, log=True, unit="elements of k per 64x64 tile"))
     split_k_min: float = Field(2560.0, ge=0, description="GEMM: smallest k that is ever split")
     skinny_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
+        "GEMM bandwidth factor for misaligned skinny GEMMs (m <= 8), which run GEMV-style kernels"),
+        json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit="1"))
     gemv_misaligned_memory: float = Field(1.0, gt=0, le=1.0, description=(
-        "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"), json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit='1'))
+        "GEMM bandwidth factor for misaligned single-row GEMMs (m = 1: GEMV kernels)"),
+        json_schema_extra=_fit(0.5, 0.02, 1.0, 0.1, unit="1"))
 
 
 class AttentionParams(RooflineParams):
@@ -170,26 +183,31 @@ class AttentionParams(RooflineParams):
         "attention: head dims are computed rounded up to a multiple of this"))
     critical_path: float = Field(0.0, ge=0, description=(
         "attention: weight of the critical path, the block of the last queries walking every "
-        "key over its query tile at its SM's share of the rate (0: off)"), json_schema_extra=_fit(1.0, 0.0, 4.0, 0.1, unit='1'))
+        "key over its query tile at its SM's share of the rate (0: off)"),
+        json_schema_extra=_fit(1.0, 0.0, 4.0, 0.1, unit="1"))
     walk_dim: float = Field(0.0, ge=0, description=(
-        "attention: the critical path's per-key softmax work, in head-dim elements"), json_schema_extra=_fit(16.0, 0.0, 512.0, 8.0, unit='elements'))
+        "attention: the critical path's per-key softmax work, in head-dim elements"),
+        json_schema_extra=_fit(16.0, 0.0, 512.0, 8.0, unit="elements"))
     key_block_s: float = Field(0.0, ge=0, description=(
-        "attention: fixed cost of each block of keys the critical path walks"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
+        "attention: fixed cost of each block of keys the critical path walks"),
+        json_schema_extra=_fit(1e-6, 0.0, 2e-5, 1e-7, unit="s"))
     block_s: float = Field(0.0, ge=0, description=(
         "attention: fixed cost of one thread block (its queries in, its output out), paid "
-        "once per round of blocks on an SM"), json_schema_extra=_fit(1e-06, 0.0, 5e-05, 1e-07, unit='s'))
+        "once per round of blocks on an SM"), json_schema_extra=_fit(1e-6, 0.0, 5e-5, 1e-7, unit="s"))
     softmax_overlap: float | None = Field(None, ge=0, le=1.0, description=(
         "attention: share of the softmax work (exp and vector math) hidden under the matrix "
-        "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"), json_schema_extra=_fit(0.5, 0.0, 1.0, 0.1, unit='1'))
+        "products: 1 overlaps fully (FA3's design), 0 runs in series; none: by variant"),
+        json_schema_extra=_fit(0.5, 0.0, 1.0, 0.1, unit="1"))
     combine_split_s: float = Field(0.0, ge=0, description=(
         "attention, FlashAttention-2 split keys: time per split of the combine kernel's "
         "serial walk over the splits' partial outputs (a few rows per thread block), "
-        "paid once per round of its blocks"), json_schema_extra=_fit(1e-07, 0.0, 5e-06, 1e-08, unit='s'))
+        "paid once per round of its blocks"), json_schema_extra=_fit(1e-7, 0.0, 5e-6, 1e-8, unit="s"))
     unsplit_memory_efficiency: float = Field(1.0, gt=0, le=1.0, description=(
         "attention: bandwidth factor of short-query kernels that do not split the keys "
-        "(the GPU is already full of blocks)"), json_schema_extra=_fit(0.8, 0.1, 1.0, 0.1, unit='1'))
+        "(the GPU is already full of blocks)"), json_schema_extra=_fit(0.8, 0.1, 1.0, 0.1, unit="1"))
     causal_overhead: float = Field(0.0, ge=0, description=(
-        "attention: keys per query computed and masked on the diagonal blocks of causal attention"), json_schema_extra=_fit(64.0, 0.0, 4096.0, 32.0, unit='keys'))
+        "attention: keys per query computed and masked on the diagonal blocks of causal attention"),
+        json_schema_extra=_fit(64.0, 0.0, 4096.0, 32.0, unit="keys"))
     split_kv_max_query: int = Field(1, ge=0, description=(
         "attention: the largest query length for which the kernel splits the keys over "
         "thread blocks to fill the GPU (flash-decoding)"))
@@ -199,7 +217,8 @@ class AttentionParams(RooflineParams):
     split_kv: Literal["fill", "fa2"] = Field("fill", description=(
         "attention: how short queries split the keys: 'fill' splits until the SMs are "
         "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))
-    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys", json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit='keys'))
+    seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys",
+        json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit="keys"))
 
 
 class RowParams(RooflineParams):
@@ -210,16 +229,20 @@ class RowParams(RooflineParams):
     align8_memory: float = _align8_memory()
     align2_memory: float = _align2_memory()
     align2_launch_s: float = Field(0.0, ge=0, description=(
-        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"), json_schema_extra=_fit(3e-07, 0.0, 2e-05, 1e-07, unit='s'))
+        "copies: extra fixed time of a copy whose size is not a multiple of 4 bytes"),
+        json_schema_extra=_fit(3e-7, 0.0, 2e-5, 1e-7, unit="s"))
     row_element_s: float = _row_element_s()
     row_bandwidth_elements: float = Field(0.0, ge=0, description=(
         "row-wise kernels: bandwidth falls as 1 / (1 + row length / this) (longer rows, "
-        "fewer resident blocks); 0: no effect"), json_schema_extra=_fit(16384.0, 256.0, 10000000.0, 1000.0, log=True, unit='elements'))
-    rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM", json_schema_extra=_fit(16.0, 0.25, 64.0, 1.0, unit='rows'))
+        "fewer resident blocks); 0: no effect"),
+        json_schema_extra=_fit(16384.0, 256.0, 1e7, 1000.0, log=True, unit="elements"))
+    rows_per_sm: float = Field(1.0, gt=0, description="row-wise kernels: rows resident per SM",
+        json_schema_extra=_fit(16.0, 0.25, 64.0, 1.0, unit="rows"))
     row_double_bytes: float = Field(0.0, ge=0, description=(
         "norms: once a norm reads more than this many bytes in all, each row's serial pass "
         "takes about twice as long (a smooth step; seen on the H200 from ~0.7 MB at any "
-        "row width, cause not established); 0: no effect"), json_schema_extra=_fit(700000.0, 10000.0, 1000000000.0, 100000.0, log=True, unit='B'))
+        "row width, cause not established); 0: no effect"),
+        json_schema_extra=_fit(700000.0, 10000.0, 1e9, 100000.0, log=True, unit="B"))
 
 
 class GroupedGemmParams(RooflineParams):
@@ -236,7 +259,7 @@ class SequenceParams(FamilyParams):
     dependent_s: float = Field(0.0, ge=0, description=(
         "family 'sequence', key 'gemm': extra time of a GEMM that is not compute-bound when it "
         "follows other kernels (a layer, a forward pass) rather than copies of itself, as the "
-        "harness times kernels back to back"), json_schema_extra=_fit(1e-06, 0.0, 2e-05, 1e-07, unit='s'))
+        "harness times kernels back to back"), json_schema_extra=_fit(1e-6, 0.0, 2e-5, 1e-7, unit="s"))
 
 
 FAMILY_PARAMS: dict[str, type[FamilyParams]] = {
@@ -247,13 +270,15 @@ FAMILY_PARAMS: dict[str, type[FamilyParams]] = {
 
 class CollectiveParams(BaseModel):
     model_config = _STRICT
-    latency_s: float = Field(0.0, ge=0, description="fixed cost of one call", json_schema_extra=_fit(1e-05, 0.0, 0.001, 1e-06, unit='s'))
-    step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step", json_schema_extra=_fit(0.0, 0.0, 0.0001, 1e-06, unit='s'))
-    link_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit='1'))
+    latency_s: float = Field(0.0, ge=0, description="fixed cost of one call",
+        json_schema_extra=_fit(1e-5, 0.0, 0.001, 1e-6, unit="s"))
+    step_latency_s: float = Field(0.0, ge=0, description="cost of each algorithm step",
+        json_schema_extra=_fit(0.0, 0.0, 0.0001, 1e-6, unit="s"))
+    link_efficiency: float = Field(1.0, gt=0, le=1.0, json_schema_extra=_fit(0.8, 0.02, 1.0, 0.1, unit="1"))
     fill_latency_s: float = Field(0.0, ge=0, description=(
         "extra latency of messages large enough to leave the low-latency protocols, "
-        "paid in full above fill_bytes"), json_schema_extra=_fit(1e-05, 0.0, 0.0002, 1e-06, unit='s'))
-    fill_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1000000.0, 1000.0, 1000000000.0, 100000.0, log=True, unit='B'))
+        "paid in full above fill_bytes"), json_schema_extra=_fit(1e-5, 0.0, 0.0002, 1e-6, unit="s"))
+    fill_bytes: float = Field(1.0, gt=0, json_schema_extra=_fit(1e6, 1000.0, 1e9, 100000.0, log=True, unit="B"))
 
 
 class HostParams(BaseModel):
@@ -264,12 +289,12 @@ class HostParams(BaseModel):
 
     model_config = _STRICT
     call_s: float = Field(0.0, ge=0, description="host time of one call, whatever it launches",
-                          json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
+                          json_schema_extra=_fit(5e-6, 1e-8, 0.002, log=True, unit="s"))
     kernel_s: float = Field(0.0, ge=0, description="host time per kernel the call launches",
-                            json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
+                            json_schema_extra=_fit(5e-6, 1e-8, 0.002, log=True, unit="s"))
     gap_s: float = Field(0.0, ge=0, description=(
         "GPU time between back-to-back eagerly launched kernels, beyond a graph's"),
-        json_schema_extra=_fit(5e-6, 1e-8, 2e-3, log=True, unit="s"))
+        json_schema_extra=_fit(5e-6, 1e-8, 0.002, log=True, unit="s"))
     corner: float = Field(0.0, ge=0, description=(
         "p-norm joining host and GPU time (0: the hard max); near the crossover the two "
         "stages stall each other"), json_schema_extra=_fit(6.0, 1.5, 40.0))

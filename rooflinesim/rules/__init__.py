@@ -24,12 +24,12 @@ from .gemm import (ALIGN_BYTES, FALLBACK, GEMM_REGIMES, SIMT_DTYPES, SKINNY_ROWS
                    grouped_gemm_terms, padded, split_k_kernels)
 from .memory import memory_rule, memory_terms
 
-__all__ = ["ALIGN_BYTES", "ATTENTION_REGIMES", "RULES", "Rule", "FALLBACK", "GEMM_REGIMES", "KEY_TILE", "PER_POINT", "SIMT_DTYPES",
-           "SKINNY_ROWS", "TILED_SPLITS", "TILED_TILES", "VARIANT_BACKENDS", "alignment_bytes", "attention_regimes",
-           "attention_rule", "attention_terms", "by_regime", "collective_rule", "fa2_splits", "gemm_alignment",
-           "gemm_regime_mask", "gemm_rule", "gemm_terms", "grouped_gemm_rule", "grouped_gemm_terms", "in_sequence",
-           "memory_rule", "memory_terms", "moe_rule", "padded", "params_by_regime", "rule_for", "select_timing",
-           "sequence_rule", "split_k_kernels", "terms_for"]
+__all__ = ["ALIGN_BYTES", "ATTENTION_REGIMES", "FALLBACK", "GEMM_REGIMES", "KEY_TILE", "PER_POINT", "RULES", "Rule",
+           "SIMT_DTYPES", "SKINNY_ROWS", "TILED_SPLITS", "TILED_TILES", "VARIANT_BACKENDS", "alignment_bytes",
+           "attention_regimes", "attention_rule", "attention_terms", "by_regime", "collective_rule", "fa2_splits",
+           "gemm_alignment", "gemm_regime_mask", "gemm_rule", "gemm_terms", "grouped_gemm_rule", "grouped_gemm_terms",
+           "in_sequence", "memory_rule", "memory_terms", "moe_rule", "padded", "params_by_regime", "rule_for",
+           "select_timing", "sequence_rule", "split_k_kernels", "terms_for"]
 
 
 def moe_rule(op: MoE, spec, profile) -> Timing:
