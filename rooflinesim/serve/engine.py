@@ -103,7 +103,7 @@ def engine_class(engine: str, stages: int = 1):
         raise UserError(f"unknown engine '{engine}'; known: vllm, sglang, trtllm, static, hf")
     if stages > 1:
         if engine not in ("vllm", "static"):
-            raise UserError(f"serve simulates pipeline parallelism (--pp above 1) for --engine vllm and static; "
+            raise UserError(f"pipeline parallelism (--pp above 1) is simulated for --engine vllm and static; "
                             f"{engine}'s pipeline scheduling is not modelled yet")
         cls = _VllmV1Pipeline if engine == "vllm" else cls
     return cls

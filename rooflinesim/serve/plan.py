@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
+from .engine import engine_class
 
 TPS = (1, 2, 4, 8)
 KEEP = 6  # replica types that meet the SLOs found before the search stops: the best and five runners-up
@@ -362,9 +363,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
-    if any(x > 1 for x in pp or ()) and engine not in ("vllm", "static"):
-        raise UserError(f"plan searches pipeline stages (--pp above 1) with --engine vllm; {engine}'s pipeline "
-                        f"scheduling is not modelled yet")
+    engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
     missing = [g for g in gpus if g not in prices]
     if missing:
         raise UserError(f"no price for {', '.join(missing)}: give --prices FILE with them, or leave them out")
