@@ -8,7 +8,7 @@ Measures, on this machine, with the spec and calibration profile loaded once:
   * 1,000 random requests (batch, prompt, gen) priced as one array (predict_requests);
   * the cold wall time of one `predict model` CLI call in a fresh process;
   * with --parts, the first prediction of a model (its plan found), and where a full
-    prediction's time goes.
+    prediction's time goes (the pricing also group by group).
 Goals (README): a full prediction under 1 ms; a 1,000-point sweep under 20 ms.
 Times are the minimum and the median over repeats (the minimum is the machine's speed,
 the median what a busy machine gives).
@@ -110,10 +110,36 @@ def parts(model, gpu, deploy, repeats) -> dict:
            "arguments laid (the kernels built included)": timed(lambda: plan.arguments(phases), repeats)[0],
            "pricing": timed(lambda: _price(plan, args, ns, spec, prof), repeats)[0],
            "tables": timed(lambda: (r.prefill.table(), r.decode.table()), repeats)[0]}
+    out.update(_pricing_parts(plan, args, ns, spec, prof, repeats))
     whole = full_prediction(model, gpu, deploy, repeats)[0]
-    out["rest"] = whole - sum(v for k, v in out.items() if k != "kernels built on the points")
+    out["rest"] = whole - sum(out[k] for k in ("arguments laid (the kernels built included)", "pricing", "tables"))
     out["whole"] = whole
     return {k: v * 1e3 for k, v in out.items()}
+
+
+def _pricing_parts(plan, args, ns, spec, prof, repeats) -> dict:
+    """Within the pricing (s, each run alone): each group's rule terms (by class, in plan
+    order), the roofline of all groups with terms at once, the collectives at once."""
+    from rooflinesim.ops.collectives import Collective
+    from rooflinesim.pricing import PricedCollectives, price_terms
+    from rooflinesim.rules import terms_for
+
+    ops = [g.op(a, f) for g, a, f in zip(plan.groups, args.groups, plan.fields)]
+    sizes = [sum(ns[j] for j, _ in g.members) for g in plan.groups]
+    terms = [terms_for(op, spec, prof) for op in ops]
+    out = {}
+    for i, (g, op) in enumerate(zip(plan.groups, ops)):
+        if terms[i] is not None:
+            label = f"  rule terms, {g.cls.__name__} group {i} ({len(g.members)} kernels)"
+            out[label] = timed(lambda op=op: terms_for(op, spec, prof), repeats)[0]
+    have = [i for i, t in enumerate(terms) if t is not None]
+    out["  roofline of those groups at once"] = timed(lambda: price_terms(
+        [terms[i] for i in have], spec, in_sequence=True, shapes=[(sizes[i],) for i in have]), repeats)[0]
+    links = [i for i, op in enumerate(ops) if type(op) is Collective]
+    if links:
+        out["  collectives at once"] = timed(lambda: PricedCollectives(
+            [ops[i] for i in links], spec, prof, shapes=[(sizes[i],) for i in links]), repeats)[0]
+    return out
 
 
 def sweep_points(model, gpu, deploy, phase, n, repeats):
