@@ -6,7 +6,11 @@ because no record field holds them (run: python benchmarks/error_splits.py FILE.
     by rows (at most 8: skinny kernels; more: the tiled regimes);
   * odd skinny GEMMs (2 to 16 rows) by the cuBLAS kernel that ran: the CUDA-core
     "small N" kernel (gemmSN, in the recorded kernel names) or another;
-  * copies and RMSNorm together, and the four collectives together.
+  * copies and RMSNorm together, and the four collectives together;
+  * eager decoder layers as the shipped model prices them (rooflinesim.eager: each call's
+    host time by op family, the layer's own, joined with the GPU time) and by the rule
+    `predict model --eager` used before it did the same (each kernel launched the host
+    time of a one-kernel call, the layer the longer of that and its GPU time).
 
 Median and 90th-percentile absolute error, as `rooflinesim validate` computes them, with
 the shipped profile of --gpu.
@@ -18,7 +22,7 @@ import argparse
 
 from rooflinesim.calibration import records
 from rooflinesim.calibration.records import to_op
-from rooflinesim.calibration.validate import predict_records, stats
+from rooflinesim.calibration.validate import is_eager, predict_records, stats
 from rooflinesim.cli.common import load_gpu, load_profile
 from rooflinesim.rules import SKINNY_ROWS, gemm_alignment
 
@@ -44,7 +48,25 @@ def _classes(rec: dict) -> list[str]:
         return ["copy and rmsnorm"]
     if op in ("allreduce", "allgather", "reducescatter", "alltoall"):
         return ["four collectives"]
+    if op == "decoder_layer" and is_eager(rec):
+        return ["decoder layers (eager), as priced"]
     return []
+
+
+def _per_launch(rec: dict, spec, profile) -> float:
+    """An eager decoder layer by the per-launch rule: max(GPU time, launches x the host
+    time of a one-kernel call)."""
+    import numpy as np
+
+    from rooflinesim.eager import launches
+    from rooflinesim.predict import predict
+    from rooflinesim.rules import in_sequence
+
+    parts = to_op(rec).kernels()
+    gpu = sum(count * float(in_sequence(predict(k, spec, profile)).latency_s) for _, k, count in parts)
+    n = sum(count * float(np.sum(launches(k, spec, profile))) for _, k, count in parts)
+    p = profile.host_params()
+    return max(gpu, n * (p.call_s + p.kernel_s))
 
 
 def main() -> None:
@@ -60,6 +82,9 @@ def main() -> None:
         if predicted:
             for c in _classes(rec):
                 errors.setdefault(c, []).append(predicted / rec["measured_s"] - 1)
+            if rec["op"] == "decoder_layer":
+                errors.setdefault("decoder layers (eager), per-launch rule", []).append(
+                    _per_launch(rec, spec, profile) / rec["measured_s"] - 1)
     print(f"{'split':45s} {'n':>5s} {'median':>8s} {'p90':>8s}")
     for name in sorted(errors):
         s = stats(errors[name])

@@ -60,12 +60,19 @@ def launches(op, spec, profile):
     return _kernels(op)
 
 
-def host_s(op, spec, profile):
-    """Host seconds to issue one call of ``op`` (its own; a sequence's parts apart)."""
+def host_s(op, spec, profile, kernels=None):
+    """Host seconds to issue one call of ``op`` (its own; a sequence's parts apart).
+    ``kernels``: what the call launches, where the caller has priced it (``launches``)."""
     p = profile.host_params(*host_keys(op, spec))
     if not p.kernel_s:
         return p.call_s
-    return p.call_s + p.kernel_s * launches(op, spec, profile)
+    return p.call_s + p.kernel_s * (launches(op, spec, profile) if kernels is None else kernels)
+
+
+def joined(host, gpu, profile):
+    """The time of a run of calls whose host side takes ``host`` and GPU side ``gpu``
+    (the two stages in series: the slower sets the pace; the profile's corner)."""
+    return corner([host, gpu], profile.host_params().corner or None)
 
 
 def eager_timing(op, spec, profile, graph: Timing) -> Timing:
@@ -81,7 +88,7 @@ def eager_timing(op, spec, profile, graph: Timing) -> Timing:
             gpu = gpu + t.latency_s + count * gap * _kernels(part)
     else:
         host, gpu = host_s(op, spec, profile), graph.latency_s + gap * _kernels(op)
-    latency = corner([host, gpu], base.corner or None)
+    latency = joined(host, gpu, profile)
     bound = np.where(host > gpu, "host", graph.bound) if np.ndim(latency) else (
         "host" if host > gpu else graph.bound)
     return with_fields(graph, latency_s=latency if np.ndim(latency) else float(latency), bound=bound,

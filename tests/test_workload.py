@@ -16,7 +16,7 @@ from rooflinesim.memory import fit
 from rooflinesim.models import presets
 from rooflinesim.models.config import from_hf_dict, load_config
 from rooflinesim.models.deploy import Deployment, max_batch, shard
-from rooflinesim.models.workload import predict_model, sweep
+from rooflinesim.models.workload import predict_model, predict_requests, sweep
 
 H100 = load_spec("h100")
 H200 = load_spec("h200")
@@ -281,6 +281,34 @@ def test_kernels_priced_apart_or_at_once_agree(monkeypatch, phase):
     assert all(close(x, y) for x, y in zip(la, lb))
 
 
+@pytest.mark.parametrize("model,deploy", [
+    ("llama-3.1-8b", dict()), ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
+    ("llama-3-70b", dict(tp=2, pp=2)), ("mistral-7b-v0.1", dict(eager=True)), ("qwen2.5-7b", dict(kernels="hf")),
+])
+def test_kernels_priced_at_distinct_points_or_all_agree(monkeypatch, model, deploy):
+    # a phase of many points prices each kernel once per distinct value of the numbers it
+    # follows (a decode's GEMMs once per batch): the same numbers as pricing every point
+    from rooflinesim.models import plan
+
+    m, d = load_config(model), Deployment(**deploy)
+    rng = np.random.default_rng(9)
+    batch, ctx = rng.choice([1, 8, 8, 33, 64], 200), rng.integers(100, 9000, 200)
+    prompt, gen = rng.choice([128, 1000, 1000], 40), rng.integers(2, 600, 40)
+    runs = []
+    for points in (1, 10**9):
+        monkeypatch.setattr(plan, "DISTINCT_POINTS", points)
+        out = []
+        for phase in ("decode", "prefill"):
+            s = sweep(m, H200, FITTED, d, batch=batch, context=ctx, phase=phase)
+            out.append((s.step_s, s.table(), [o.timing.latency_s for o in s.ops], [o.latency_s for o in s.ops]))
+        r = predict_requests(m, H200, FITTED, d, batch=batch[:40], prompt=prompt, gen=gen, chunk=512)
+        out.append((np.concatenate([r.ttft_s, r.tpot_s]), [], [], []))
+        runs.append(out)
+    for (a, ta, la, oa), (b, tb, lb, ob) in zip(*runs):
+        assert close(a, b) and same_table(ta, tb)
+        assert all(close(x, y) for x, y in zip(la, lb)) and all(close(x, y) for x, y in zip(oa, ob))
+
+
 def test_pipeline_stages_and_bubble():
     m = load_config("llama-3-8b")  # 32 layers
     one = run(m, batch=8, prompt=128, pp=1)
@@ -304,6 +332,31 @@ def test_eager_takes_the_longer_of_host_and_gpu_time():
         eager = run(m, batch=4, eager=True, launch_overhead_s=host)
         assert eager.tpot_s == pytest.approx(max(graph.tpot_s, launches * host), rel=1e-9)
     assert run(m, batch=4, eager=True, launch_overhead_s=20e-6).tpot_s > graph.tpot_s
+
+
+@pytest.mark.parametrize("model,deploy", [
+    ("llama-3.1-8b", dict()), ("mixtral-8x7b", dict(tp=2, weights="fp8")), ("deepseek-v2-lite", dict(attention="naive")),
+])
+def test_eager_steps_are_priced_as_eager_layers_are(model, deploy):
+    # predict model --eager prices a forward pass as rooflinesim.eager prices a measured
+    # layer: each call's host time (its op family's), each layer's call, joined with the
+    # GPU time of the kernels in sequence
+    from rooflinesim.eager import host_s, joined
+    from rooflinesim.predict import predict
+    from rooflinesim.rules import in_sequence
+
+    m, d = load_config(model), Deployment(eager=True, **deploy)
+    r = predict_model(m, H200, FITTED, d, batch=3, prompt=300, gen=40, chunk=128)
+    gap = FITTED.host_params().gap_s
+    for phase in (r.prefill, r.decode):
+        host = m.num_layers * FITTED.host_params("sequence").call_s
+        gpu = 0.0
+        for o in phase.ops:
+            op, runs = o.kernel.op, o.count * np.asarray(o.kernel.mask, dtype=float)
+            host = host + runs * host_s(op, H200, FITTED)
+            gpu = gpu + runs * (in_sequence(predict(op, H200, FITTED)).latency_s + gap * op.work().kernels)
+        assert np.allclose(phase.step_s, joined(host, gpu, FITTED), rtol=1e-9, atol=0)
+        assert np.all(phase.step_s > gpu)  # (the host side shows: a p-norm corner)
 
 
 def test_data_parallel_multiplies_throughput_only():

@@ -60,11 +60,12 @@ class BatchOrMax(Size):
 @click.option("--attention", type=click.Choice(["fa3", "fa2", "naive"]), default=None,
               help="Attention kernel class (default: the GPU's own: fa3 on Hopper and Blackwell, "
                    "fa2 on Ampere, Ada and AMD).")
-@click.option("--eager", is_flag=True, help="No CUDA graph: kernels launched from Python; a stage takes "
-                                           "the longer of its host and GPU times.")
+@click.option("--eager", is_flag=True, help="No CUDA graph: kernels launched from Python; a stage's host "
+                                           "time (each call's, fitted per op family, and each layer's Python) "
+                                           "joined with its GPU time, as eager layers are priced.")
 @click.option("--launch-overhead", default=None,
-              help="Host time per kernel launch with --eager (default: the profile's fitted host time "
-                   "of one call, else 4us).")
+              help="Host time per kernel launch with --eager, in place of the profile's fitted host times "
+                   "(transformers: per PyTorch op).")
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "hf"]), default="vllm", show_default=True,
               help="Whose kernels: vllm, sglang and trtllm run the same fused kernels; hf is Hugging Face "
                    "transformers' eager forward (SDPA, one GPU), with where its time goes.")
@@ -155,8 +156,12 @@ def _print(r, prof, how, fused=None) -> None:
     rates, mem = r.rates(), r.memory()
     out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
            f"[profile: {profile_label(prof)}]"]
-    view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each" if d.eager
-            else "CUDA graph (kernel sum)")
+    view = "CUDA graph (kernel sum)"
+    if d.eager:
+        view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each"
+                if d.launch_overhead_s is not None else
+                f"eager launches, each call's host time as fitted for its op family, "
+                f"{format_seconds(prof.host_params('sequence').call_s)} per layer's Python")
     if d.kernels == "hf":
         view = (f"transformers' eager forward, {format_seconds(host_per_launch(d, prof))} host time per PyTorch "
                 f"op" if d.eager else "transformers' forward, decode replayed as a CUDA graph (prefill: kernel sum)")

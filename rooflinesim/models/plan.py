@@ -2,13 +2,17 @@
 
 Which kernels a step runs, how often each runs on each stage, and which of them
 stack into one op (same class, same settings) depend on the model and the deployment only:
-a plan finds them once per pair (``_plan``). A prediction builds the kernels on the
-phases' points (prefill chunks, decode contexts, or a sweep; the sizes are arrays over
-them), lays the sizes that follow the points into each group's stacked arguments (the
-others are laid once per number of points), and prices the groups in a few passes: the
-rules' roofline terms of every group at once (``PricedTerms``), the collectives at once,
-an attention backend's prefill and decode kernels as one group with each regime's
-parameters per point. Per point, the arithmetic is that of each kernel priced alone.
+a plan finds them once per pair (``_plan``), with the phase numbers each kernel's sizes
+follow (a GEMM's follow the batch and the query length, not the key length). A prediction
+builds the kernels on the phases' points (prefill chunks, decode contexts, or a sweep; the
+sizes are arrays over them), lays the sizes that follow the points into each group's
+stacked arguments (the others are laid once per number of points), and prices the groups
+in a few passes: the rules' roofline terms of every group at once (``PricedTerms``), the
+collectives at once, an attention backend's prefill and decode kernels as one group with
+each regime's parameters per point. A phase of many points prices each kernel once per
+distinct value of the numbers it follows (a sweep's GEMMs once per batch, whatever the
+contexts), and every point takes its value. Per point, the arithmetic is that of each
+kernel priced alone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..eager import host_s
 from ..ops.collectives import Collective
 from ..pricing import PricedCollectives, price_terms
 from ..rules import PER_POINT, in_sequence, terms_for
@@ -73,6 +78,7 @@ class _Layout:
     row_of: np.ndarray  # per kernel: its table row
     row_counts: list  # per table row: runs per forward pass
     host_keys: tuple  # per kernel: a profile host key of what a run adds on the host, or ""
+    layers: np.ndarray  # [stage, 1]: decoder layers on each stage
 
 
 _STAGE_KEYS = ("layer", "dense", "moe", "first", "last", "send")
@@ -88,7 +94,8 @@ def _layout(kernels: list[Kernel], sh, d: Deployment) -> _Layout:
     row = {name: r for r, name in enumerate(names)}
     counts, row_of = mult.sum(axis=1), np.array([row[k.name] for k in kernels])
     return _Layout(mult, counts, np.array([[k.launches] for k in kernels], dtype=float), names, row_of,
-                   _row_sums(row_of, counts, len(names)), tuple(k.host for k in kernels))
+                   _row_sums(row_of, counts, len(names)), tuple(k.host for k in kernels),
+                   np.array([[x] for x in sh.stage_layers], dtype=float))
 
 
 def _row_sums(row_of: np.ndarray, x: np.ndarray, rows: int) -> list:
@@ -128,10 +135,7 @@ class _Plan:
         self.sizes = tuple(len(ks) for ks in self.kernels)
         self.layouts = tuple(_layout(ks, self.sharding, d) for ks in self.kernels)
         self.groups = _groups(self.kernels)
-        members = [m for g in self.groups for m in g.members]
-        self.member_phase = np.array([j for j, _ in members])
-        self.member_kernel = np.array([i for _, i in members])
-        self._sources: dict = {}
+        self.follow_sets, self.set_of = zip(*(self._follows(j) for j in range(len(names))))
         self._places: dict = {}
         # every field of each group's op, built (and checked) once from a probe
         probe = self.arguments([Phase(name, batch=1, seq_q=1, seq_kv=1, sequences=1) for name in names])
@@ -145,71 +149,162 @@ class _Plan:
         return self.build(self.model, self.deployment, Phase(self.names[j], batch=b, seq_q=q, seq_kv=k,
                                                              sequences=1, logits=logits), self.sharding)
 
+    def _follows(self, j: int) -> tuple:
+        """Phase ``j``'s sets of the inputs (_INPUTS, by index) that its kernels' sizes
+        follow, and each kernel's set: built with one input over two points and the others
+        over one, a kernel follows that input where one of its sizes comes out over two
+        points (a builder's numbers broadcast)."""
+        follows = [set() for _ in self.kernels[j]]
+        for f in range(len(_INPUTS)):
+            inputs = [np.ones(2) if g == f else np.ones(1) for g in range(len(_INPUTS))]
+            for i, k in enumerate(self.built(j, inputs)):
+                if any(np.size(v) > 1 for v in k.args.values() if _follows(v)):
+                    follows[i].add(f)
+        sets = tuple(dict.fromkeys(tuple(sorted(x)) for x in follows))
+        return sets, np.array([sets.index(tuple(sorted(x))) for x in follows], dtype=int)
+
     def arguments(self, phases: list[Phase]) -> "_Arguments":
-        """The groups' stacked numeric arguments, the kernels' masks, and the kernels
-        themselves, at ``phases``."""
+        """The groups' stacked numeric arguments, the kernels' masks, the kernels
+        themselves, and which points each kernel is priced at, at ``phases``."""
         ns = tuple(ph.n for ph in phases)
-        places = self._places.get(ns) or self._place(ns)
-        kernels = [self.built(j, _inputs(ph)) for j, ph in enumerate(phases)]
+        inputs = [_inputs(ph) for ph in phases]
+        points = [_distinct(sets, x, n) for sets, x, n in zip(self.follow_sets, inputs, ns)]
+        key = (ns, tuple(None if p is None else p.counts for p in points))
+        places = self._places.get(key) or self._place(key, points)
+        kernels = [self.built(j, x) for j, x in enumerate(inputs)]
         if any(len(ks) != n for ks, n in zip(kernels, self.sizes)):  # (a builder that branched on the numbers)
             raise AssertionError("a phase's kernels changed with its points; the plan holds for none")
         constants = places.constants
         if places.dynamic:
             laid = constants.copy()
-            for a, b, j, i, f in places.dynamic:
-                laid[a:b] = kernels[j][i].args[f]
+            for a, b, j, i, f, s in places.dynamic:
+                v, at = kernels[j][i].args[f], points[j] and points[j].at[s]
+                laid[a:b] = v if at is None or np.size(v) == 1 else v[at]
         groups = [{f: (laid if follows else constants)[a:b] for f, (a, b, follows) in spans.items()}
                   for spans in places.spans]
         masks = [[(i, kernels[j][i].mask) for i in m] for j, m in enumerate(places.masks)]
-        return _Arguments(groups, masks, kernels)
+        return _Arguments(groups, masks, kernels, places, points)
 
-    def _place(self, ns: tuple) -> "_Places":
-        """Where each member's value of each stacked argument lies at ``ns`` points: the
-        constants laid once, and the spans of the values that follow the points."""
-        constants, spans, dynamic, at = [], [], [], 0
-        for g in self.groups:
-            span = {}
-            for f in g.numeric:
-                start, follows = at, False
-                for j, i in g.members:
-                    v, n = self.kernels[j][i].args[f], ns[j]
+    @cached_property
+    def _stacking(self) -> "_Stacking":
+        """How the groups' arguments are stacked, whatever the numbers of points."""
+        slot_base = np.cumsum([0] + [len(sets) for sets in self.follow_sets])
+        members = [(g, j, i) for g, group in enumerate(self.groups) for j, i in group.members]
+        member = {(j, i): m for m, (_, j, i) in enumerate(members)}
+        entry_member, entry_value, entry_segment, segment_group, dynamic, fields = [], [], [], [], [], []
+        for g, group in enumerate(self.groups):
+            spans = []
+            for f in group.numeric:
+                follows = False
+                for j, i in group.members:
+                    v = self.kernels[j][i].args[f]
                     if _follows(v):
-                        dynamic.append((at, at + n, j, i, f))
-                        constants.append(np.zeros(n))
+                        dynamic.append((len(entry_member), j, i, f, int(self.set_of[j][i])))
                         follows = True
-                    else:
-                        constants.append(np.full(n, v, dtype=float))
-                    at += n
-                span[f] = (start, at, follows)
-            spans.append(span)
-        masks = [[i for i, k in enumerate(ks) if _follows(k.mask)] for ks in self.kernels]
-        constants = np.concatenate(constants) if constants else np.zeros(0)
+                    entry_member.append(member[j, i])
+                    entry_value.append(0.0 if _follows(v) else float(v))
+                    entry_segment.append(len(segment_group))
+                spans.append((f, len(segment_group), follows))
+                segment_group.append(g)
+            fields.append(spans)
+        return _Stacking(
+            member_group=np.array([g for g, _, _ in members], dtype=int),
+            member_slot=np.array([slot_base[j] + self.set_of[j][i] for _, j, i in members], dtype=int),
+            member_of=[np.array([member[j, i] for i in range(k)], dtype=int) for j, k in enumerate(self.sizes)],
+            entry_member=np.array(entry_member, dtype=int), entry_value=np.array(entry_value),
+            entry_segment=np.array(entry_segment, dtype=int), segment_group=np.array(segment_group, dtype=int),
+            dynamic=tuple(dynamic), fields=fields,
+            masks=[[i for i, k in enumerate(ks) if _follows(k.mask)] for ks in self.kernels])
+
+    def _place(self, key: tuple, points: list) -> "_Places":
+        """Where each member's value of each stacked argument lies (``key``: the phases'
+        points, and the distinct points of each set of inputs where a phase has them): the
+        constants laid once, and the spans of the values that follow the points."""
+        st, ns = self._stacking, key[0]
+        slots = np.concatenate([np.full(len(sets), n) if p is None else np.array(p.counts)
+                                for sets, p, n in zip(self.follow_sets, points, ns)])
+        size = slots[st.member_slot]  # per member: its points
+        start = np.cumsum(size) - size  # among all groups' stacked points
+        group_size = np.bincount(st.member_group, weights=size, minlength=len(self.groups)).astype(int)
+        in_group = start - (np.cumsum(group_size) - group_size)[st.member_group]
+        # each argument's values stack its group's members (a segment per group and field)
+        segment_size = group_size[st.segment_group]
+        segment_end = np.cumsum(segment_size)
+        segment_start = segment_end - segment_size
+        entry_size = size[st.entry_member]
+        entry_start = segment_start[st.entry_segment] + in_group[st.entry_member]
+        constants = np.repeat(st.entry_value, entry_size)
         constants.setflags(write=False)  # (the arguments that no phase's numbers change are views of it)
-        places = _Places(constants, tuple(dynamic), spans, masks)
+        a, n = entry_start.tolist(), entry_size.tolist()
+        dynamic = tuple((a[e], a[e] + n[e], j, i, f, s) for e, j, i, f, s in st.dynamic)
+        a, b = segment_start.tolist(), segment_end.tolist()
+        spans = [{f: (a[seg], b[seg], follows) for f, seg, follows in group} for group in st.fields]
+        places = _Places(constants, dynamic, spans, st.masks, group_size.tolist(),
+                         [start[m] for m in st.member_of], in_group, size)
         if len(self._places) > _KEPT:
             self._places.clear()
-        self._places[ns] = places
+        self._places[key] = places
         return places
 
-    def rows(self, ns: tuple) -> np.ndarray:
-        """For the groups' stacked points, end to end: where each lands in the phases'
-        [kernel, point] arrays, flattened and laid end to end (phase ``j`` over ``ns[j]``
-        points)."""
-        offsets = np.cumsum([0] + [k * n for k, n in zip(self.sizes, ns)])
-        n = np.array(ns)[self.member_phase]
-        start = offsets[self.member_phase] + self.member_kernel * n
-        first = np.cumsum(n) - n
-        return np.repeat(start - first, n) + np.arange(first[-1] + n[-1])
+    def order(self, args: "_Arguments", ns: tuple) -> np.ndarray:
+        """For the phases' [kernel, point] arrays, flattened and laid end to end, where
+        each value sits among the groups' stacked points."""
+        out = []
+        for j, (starts, p, n) in enumerate(zip(args.places.starts, args.points, ns)):
+            if p is None:
+                out.append(np.add.outer(starts, np.arange(n)).ravel())
+            else:
+                out.append((starts[:, None] + p.of[self.set_of[j]]).ravel())
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def sources(self, ns: tuple) -> np.ndarray:
-        """The inverse of ``rows``: for the phases' [kernel, point] arrays, flattened and
-        laid end to end, where each value sits among the groups' stacked points (kept per
-        ``ns``: every prediction of the same chunking and decode points shares it)."""
-        if ns not in self._sources:
-            if len(self._sources) > _KEPT:
-                self._sources.clear()
-            self._sources[ns] = np.argsort(self.rows(ns))
-        return self._sources[ns]
+
+class _Distinct(NamedTuple):
+    """A phase's distinct points per set of the inputs its kernels follow."""
+
+    at: list  # per set: the points a kernel that follows it is priced at (None: all)
+    of: np.ndarray  # [set, point]: which of those each point takes
+    counts: tuple  # per set: how many
+
+
+DISTINCT_POINTS = 64  # points of a phase from which each kernel is priced at its distinct ones only
+
+
+def _distinct(sets: tuple, inputs: list, n: int) -> _Distinct | None:
+    """The distinct points of each set of inputs over a phase's ``n`` points (None below
+    DISTINCT_POINTS, where finding them costs more than it saves)."""
+    if n < DISTINCT_POINTS:
+        return None
+    like = {}  # each input that varies over the points: the first input equal to it (a prefill's key and query lengths)
+    for f, x in enumerate(inputs):
+        if np.any(x != x[0]):
+            like[f] = next((g for g in set(like.values()) if np.array_equal(x, inputs[g])), f)
+    varying = len(set(like.values()))
+    at, of, counts = [], np.empty((len(sets), n), dtype=int), []
+    for s, fs in enumerate(sets):
+        first, inverse = _rows([inputs[g] for g in sorted({like[f] for f in fs if f in like})], n, varying)
+        at.append(first)
+        of[s] = inverse
+        counts.append(n if first is None else first.size)
+    return _Distinct(at, of, tuple(counts))
+
+
+def _rows(cols: list, n: int, varying: int) -> tuple:
+    """The first point of each distinct row of ``cols`` (None: every point is one) and
+    which row each point has. A set that follows every number that varies
+    (``varying``) is taken as distinct throughout."""
+    if len(cols) == varying:
+        return None, np.arange(n)
+    if not cols:
+        return np.zeros(1, dtype=int), np.zeros(n, dtype=int)
+    if len(cols) == 1:
+        _, first, inverse = np.unique(cols[0], return_index=True, return_inverse=True)
+    else:
+        order = np.lexsort(cols[::-1])
+        rows = np.stack(cols)[:, order]
+        new = np.concatenate([[True], np.any(rows[:, 1:] != rows[:, :-1], axis=0)])
+        first, inverse = order[new], np.empty(n, dtype=int)
+        inverse[order] = np.cumsum(new) - 1
+    return (None, np.arange(n)) if first.size == n else (first, inverse)
 
 
 def _follows(v) -> bool:
@@ -238,8 +333,29 @@ def _points(x, n: int) -> np.ndarray:
 
 class _Places(NamedTuple):
     constants: np.ndarray  # every stacked argument, end to end, the values that follow the points left 0
-    dynamic: tuple  # (start, end, phase, kernel, field) of each argument that follows the points
+    dynamic: tuple  # (start, end, phase, kernel, field, its set of inputs) of each argument that follows the points
     spans: list  # per group: field -> (start, end) in the stacked arguments, whether any follows the points
+    masks: list  # per phase: the kernels whose masks follow the points
+    sizes: list  # per group: its stacked points
+    starts: list  # per phase, per kernel: its first point among all groups' stacked points
+    in_group: np.ndarray  # per member (in stacking order): its first point among its group's
+    points: np.ndarray  # per member: its points
+
+
+class _Stacking(NamedTuple):
+    """How a plan's groups stack their members' arguments: each member's points are those
+    of its phase (or its set of inputs' distinct ones), each argument's values lie member
+    after member (an entry each) in a segment per group and field."""
+
+    member_group: np.ndarray  # per member, in stacking order: its group
+    member_slot: np.ndarray  # per member: its phase's set of inputs, numbered over the phases
+    member_of: list  # per phase, per kernel: its member
+    entry_member: np.ndarray  # per entry: its member
+    entry_value: np.ndarray  # per entry: its constant value (0 where it follows the points)
+    entry_segment: np.ndarray  # per entry: its group and field's segment
+    segment_group: np.ndarray  # per segment: its group
+    dynamic: tuple  # (entry, phase, kernel, field, set of inputs) of the entries that follow the points
+    fields: list  # per group: (field, its segment, whether any entry follows the points)
     masks: list  # per phase: the kernels whose masks follow the points
 
 
@@ -247,6 +363,8 @@ class _Arguments(NamedTuple):
     groups: list  # per group: field -> its stacked values
     masks: list  # per phase: (kernel, mask per point)
     kernels: list  # per phase: its kernels, built on its points
+    places: _Places
+    points: list  # per phase: its _Distinct points (None: each kernel priced at every point)
 
 
 @lru_cache(maxsize=128)
@@ -257,43 +375,73 @@ def _plan(model, d: Deployment, names: tuple) -> _Plan:
 
 @dataclass
 class _Priced:
-    """Per point results of the kernels of one phase, as [kernel, point] arrays;
+    """Per point results of the kernels of one phase, as [kernel, point] arrays (the
+    FLOPs, bytes and bounds taken from the groups' stacked points when asked for);
     ``groups`` holds the stacked ops' timings (in the plan's group order)."""
 
     latency_s: np.ndarray
-    flops: np.ndarray
-    hbm_bytes: np.ndarray
-    bound: np.ndarray
+    stacked: tuple  # the groups' stacked points' FLOPs, HBM bytes and bounds
+    order: np.ndarray  # this phase's [kernel, point] values' places among them, flattened
     groups: list
     plan: _Plan
-    ns: tuple  # points of each phase priced with this one
-    phase: int  # this phase's index among them
+    args: _Arguments
+    phase: int  # this phase's index among those priced with it
 
     @property
     def layout(self) -> _Layout:
         return self.plan.layouts[self.phase]
 
     @cached_property
+    def flops(self) -> np.ndarray:
+        return self._taken(0)
+
+    @cached_property
+    def hbm_bytes(self) -> np.ndarray:
+        return self._taken(1)
+
+    @cached_property
+    def bound(self) -> np.ndarray:
+        return self._taken(2)
+
+    @cached_property
+    def host_s(self) -> np.ndarray:
+        """Eager launches: the host seconds of one call of each kernel (rooflinesim.eager)."""
+        return self._taken(3)
+
+    @cached_property
+    def launched(self) -> np.ndarray:
+        """Eager launches: the kernels one call launches, as its host time counts them."""
+        return self._taken(4)
+
+    @cached_property
+    def ran(self) -> np.ndarray:
+        """The kernels one call runs on the GPU (its work's)."""
+        return self._taken(5)
+
+    def _taken(self, i: int) -> np.ndarray:
+        return self.stacked[i][self.order].reshape(self.latency_s.shape)
+
+    @cached_property
     def where(self) -> list:
-        """Per kernel: (its group's index, its rows in the group's stacked op)."""
-        out: list = [None] * self.plan.sizes[self.phase]
-        for g, group in enumerate(self.plan.groups):
-            at = 0
-            for j, i in group.members:
-                if j == self.phase:
-                    out[i] = (g, slice(at, at + self.ns[j]))
-                at += self.ns[j]
+        """Per kernel: (its group's index, its rows in the group's stacked op, per point)."""
+        points, sets = self.args.points[self.phase], self.plan.set_of[self.phase]
+        st, places = self.plan._stacking, self.args.places
+        out = []
+        for i, m in enumerate(st.member_of[self.phase].tolist()):
+            g, at, n = int(st.member_group[m]), int(places.in_group[m]), int(places.points[m])
+            out.append((g, slice(at, at + n) if points is None else at + points.of[sets[i]]))
         return out
 
 
-def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_Priced]:
+def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile, eager: bool = False) -> list[_Priced]:
     """Time the kernels of each phase (over ``ns`` points): each group of the plan is one
     op over its members' stacked numeric ``args``; the roofline terms of all of them are
     priced at once, and ops that have none (collectives, kernels of several regimes) by
-    one predict call each."""
+    one predict call each. ``eager``: each kernel's host side too (rooflinesim.eager)."""
     ops = [g.op(a, f) for g, a, f in zip(plan.groups, args.groups, plan.fields)]
-    sizes = [sum(ns[j] for j, _ in g.members) for g in plan.groups]
+    sizes = args.places.sizes
     terms = [terms_for(op, spec, profile) for op in ops]
+    host = _host_side(ops, terms, sizes, spec, profile) if eager else ()
     batched = [i for i, t in enumerate(terms) if t is not None]
     batch = (price_terms([terms[i] for i in batched], spec, in_sequence=True, shapes=[(sizes[i],) for i in batched])
              if batched else None)
@@ -326,18 +474,33 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile) -> list[_P
         k += i - run
         for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
             piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
-    stacked = np.stack([p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3]])
+    latency, flops, hbm = (p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3])
     bound = np.asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
     # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
     # follow the layout of its operands)
-    order = plan.sources(ns)
-    cols, bound = np.take(stacked, order, axis=1), bound[order]
+    order = plan.order(args, ns)
+    latency = latency[order]
     out, at = [], 0
     for j, (k, n) in enumerate(zip(plan.sizes, ns)):
-        out.append(_Priced(*cols[:, at:at + k * n].reshape(3, k, n), bound[at:at + k * n].reshape(k, n),
-                           groups=timings, plan=plan, ns=ns, phase=j))
+        out.append(_Priced(latency[at:at + k * n].reshape(k, n), (flops, hbm, bound, *host), order[at:at + k * n],
+                           groups=timings, plan=plan, args=args, phase=j))
         at += k * n
     return out
+
+
+def _host_side(ops: list, terms: list, sizes: list, spec, profile) -> tuple:
+    """Over the groups' stacked points: the host seconds of one call of each kernel, the
+    kernels it launches as the host counts them (a split's reduction included), and the
+    kernels its work runs (rooflinesim.eager's ``host_s`` and ``launches``)."""
+    host, launched, ran = [], [], []
+    for op, t, n in zip(ops, terms, sizes):
+        work = op.work() if t is None else t.work
+        runs = np.broadcast_to(np.asarray(work.kernels, dtype=float), (n,))
+        calls = runs if t is None or t.kernels is None else np.broadcast_to(np.asarray(t.kernels, dtype=float), (n,))
+        host.append(np.broadcast_to(host_s(op, spec, profile, calls), (n,)))
+        launched.append(calls)
+        ran.append(runs)
+    return tuple(np.concatenate(x) if x else np.zeros(0) for x in (host, launched, ran))
 
 
 def _slice_timing(t: Timing, rows: slice) -> Timing:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..attention_kernels import resolve as resolve_attention
+from ..eager import joined
 from ..errors import UserError
 from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
@@ -139,9 +140,10 @@ _FAMILY = {"Gemm": "gemm", "Attention": "attention", "MoE": "moe", "Collective":
 def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployment,
              host_per_launch_s: float = 0.0, profile=None) -> PhaseResult:
     """``masks``: (kernel, mask per point) of the kernels that some steps skip;
-    ``host_per_launch_s``: with ``d.eager``, the host time of each kernel launched from
-    Python (host and GPU in series: a stage takes the longer of its host and GPU times,
-    rooflinesim.eager)."""
+    ``host_per_launch_s``: with ``d.eager`` under transformers' kernels, or where the
+    deployment names one, the host time of each kernel launched from Python. Eagerly, host
+    and GPU run in series (rooflinesim.eager): a stage takes its host time (each kernel's
+    call, each layer's Python around them) joined with its GPU time."""
     layout, n = priced.layout, ph.n
     lat = priced.latency_s
     if masks:
@@ -159,11 +161,22 @@ def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployme
         # transformers' prefill runs in no graph: its kernel sum, without what a graph's
         # replay adds per kernel (the profile's hf:graph_gap, which calibrated times include)
         stage_s = stage_s - layout.mult.T @ (launches * gap.gap_s)
-    if d.eager:
+    if d.eager and d.kernels == "hf":
         host = launches * host_per_launch_s
         if any(layout.host_keys):  # (what some runs add on the host: a plan built for a new shape)
             host = host + runs * _host_extra(layout.host_keys, profile)
         stage_s = np.maximum(stage_s, layout.mult.T @ host)
+    elif d.eager:
+        # an engine's kernels launched from Python, priced as rooflinesim.eager prices a
+        # layer: each call's host time (its op family's, fitted), each layer's call, and on
+        # the GPU each kernel's time plus the gap between eagerly launched kernels
+        if d.launch_overhead_s is None:
+            host = layout.mult.T @ (priced.host_s * runs) + layout.layers * profile.host_params("sequence").call_s
+        else:
+            host = layout.mult.T @ (priced.launched * runs * d.launch_overhead_s)
+        gap_s = profile.host_params().gap_s
+        gpu = stage_s + layout.mult.T @ (priced.ran * runs) * gap_s if gap_s else stage_s
+        stage_s = joined(host, gpu, profile)
     # m microbatches through S stages: the first crosses every stage, each later one
     # follows a step of the slowest stage (m / (m + S - 1) of the ideal rate for even stages)
     step = stage_s[0].copy() if d.pp == 1 else stage_s.sum(axis=0)  # (a copy costs less than a sum)
@@ -180,8 +193,8 @@ def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[Phase
 
         profile = IDEAL
     args = plan.arguments(phases)
-    priced = _price(plan, args, tuple(ph.n for ph in phases), spec, profile)
-    host = host_per_launch(d, profile) if d.eager else 0.0
+    priced = _price(plan, args, tuple(ph.n for ph in phases), spec, profile, eager=d.eager and d.kernels != "hf")
+    host = host_per_launch(d, profile) if d.eager and (d.kernels == "hf" or d.launch_overhead_s is not None) else 0.0
     return [_combine(ph, m, ks, p, d, host, profile) for ph, m, ks, p in zip(phases, args.masks, args.kernels, priced)]
 
 
