@@ -43,6 +43,21 @@ class Rate(click.ParamType):
         return "R|inf"
 
 
+def _pd(ctx, param, value):
+    """PREFILL:DECODE replica counts of a disaggregated pair."""
+    if value is None:
+        return None
+    a, sep, b = str(value).partition(":")
+    try:
+        counts = (int(a), int(b)) if sep else None
+    except ValueError:
+        counts = None
+    if counts is None or min(counts) < 1 or max(counts) > MAX_COUNT:
+        raise click.BadParameter(f"expected PREFILL:DECODE, two whole numbers of replicas from 1 to {MAX_COUNT} "
+                                 f"(e.g. 1:2), got {value!r}")
+    return counts
+
+
 def _goodput(ctx, param, values) -> dict:
     """KEY:MS pairs (ttft, tpot, e2el), as vLLM's --goodput takes them."""
     out = {}
@@ -98,6 +113,16 @@ def _goodput(ctx, param, values) -> dict:
               help="Share of each card the engine may use (sets the KV cache with the memory planner).")
 @click.option("--kv-cache-tokens", type=POS, default=None,
               help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
+@click.option("--pd", "pd", default=None, callback=_pd, metavar="PREFILL:DECODE",
+              help="Prefill/decode disaggregation (vLLM with its NixlConnector): PREFILL prefill replicas and "
+                   "DECODE decode replicas of the deployment behind a proxy, each prompt's KV pulled by its "
+                   "decode replica (e.g. 1:2).")
+@click.option("--decode-tp", type=PAR, default=None,
+              help="--pd: tensor-parallel GPUs of each decode replica (default: --tp).")
+@click.option("--kv-link-bandwidth", default=None,
+              help="--pd: bandwidth of the KV pull per GPU, e.g. 42GB/s (default: one 400 Gb/s NIC per GPU at "
+                   "the 42 GB/s measured on one; its source in the JSON).")
+@click.option("--kv-link-latency", default=None, help="--pd: fixed time of each KV pull, e.g. 2ms (default: 0).")
 @click.option("--step-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Host seconds per engine step beyond the GPU's (default: the engine's, with its source "
                    "in the JSON).")
@@ -139,8 +164,8 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
-          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, step_overhead,
-          num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
+          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
+          decode_tp, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -201,9 +226,20 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
                       burstiness=burstiness, seed=seed)
         reqs = requests_at(workload, rate)
+    link = None
+    if pd is None and (decode_tp is not None or kv_link_bandwidth is not None or kv_link_latency is not None):
+        raise UserError("--decode-tp, --kv-link-bandwidth and --kv-link-latency go with --pd")
+    if pd is not None:
+        from ..serve.disaggregated import KV_LINK_BYTES_PER_S, Link
+
+        link = Link(KV_LINK_BYTES_PER_S if kv_link_bandwidth is None else
+                    parse_size(kv_link_bandwidth, "--kv-link-bandwidth", "bytes_per_s", whole=False, max=1e15),
+                    0.0 if kv_link_latency is None else
+                    parse_size(kv_link_latency, "--kv-link-latency", "seconds", whole=False, max=1e3, min_open=False))
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
-                   step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed)
+                   step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed,
+                   pd=pd, decode_tp=decode_tp, kv_link=link)
     search = None
     if max_rate:
         def make(rate):
@@ -218,6 +254,10 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, progress=tick, **options)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
+    if pd is not None:
+        from ..serve.disaggregated import KV_LINK_SOURCE
+
+        head.update(decode_tp=decode_tp, kv_link_source=KV_LINK_SOURCE if kv_link_bandwidth is None else "given")
     if interval_samples:
         head["samples"] = interval_samples
     if plot is not None:
@@ -280,6 +320,14 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
            f"{e.step_overhead_s * 1e3:g} ms host time per step",
            f"workload: {load}", ""]
+    if r.disaggregated:
+        x = r.disaggregated
+        out[0] = (f"{head['model']} on {x['gpus']} x {spec.name}: {x['prefill_replicas']} prefill and "
+                  f"{x['decode_replicas']} decode replicas ({d.describe()}"
+                  + (f"; decode tp {head['decode_tp']}" if head.get("decode_tp") else "") + f") [profile: {head['profile']}]")
+        out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "
+                   f"pulled in {x['mean_kv_pull_ms']:.3g} ms on average ({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB "
+                   f"per GPU at {x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
     rows = [("completed requests", f"{m['completed']:,}"), ("duration", f"{m['duration_s']:.2f} s"),
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),

@@ -86,11 +86,20 @@ def _blocks(tokens, block_size: int):
 
 
 def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: int | None = None,
-             progress=None) -> Served:
+             progress=None, pull_s=None) -> Served:
     """Serve ``reqs`` with ``engine`` (see the module's notes); ``steps`` prices a step
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
     a request is sent when it is due and one in flight has finished); ``progress(k)``, if
-    given, hears of every k requests finished."""
+    given, hears of every k requests finished. ``pull_s``: the engine is the decode
+    instance of a disaggregated pair (vllm only), each request's prompt KV pulled from a
+    prefill instance in these seconds (``_VllmV1Decode``)."""
+    if pull_s is not None:
+        if engine != "vllm" or p.stages > 1:
+            raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm without pipeline "
+                            f"stages; {engine}{' with --pp' if engine == 'vllm' else ''}'s is not modelled yet")
+        sim = _VllmV1Decode(reqs, steps, p, concurrency, pull_s)
+        sim.progress = progress
+        return sim.run()
     sim = engine_class(engine, p.stages)(reqs, steps, p, concurrency)
     sim.progress = progress
     return sim.run()
@@ -231,7 +240,11 @@ class _VllmV1(_Sim):
                 continue
             want, give, free = self._schedule(run, want, waiting, tokens, gen, free)
             if not _count(give):  # (nothing fits: only a finishing request can free room)
-                raise UserError("the engine stalled: no request fits in the KV cache")
+                later = self._next_ready()
+                if later is None:
+                    raise UserError("the engine stalled: no request fits in the KV cache")
+                self.now = later
+                continue
             # 3. the step: decode tokens and prefill chunks, priced
             ctx = run.computed + give
             on = give > 0  # (a running request the budget did not reach is not in the step)
@@ -266,26 +279,33 @@ class _VllmV1(_Sim):
         budget -= int(_sum(give))
         # 2. waiting requests, in order, where nothing was preempted
         if not preempted and waiting:
-            room, rows, gives = p.max_num_seqs - run.size, [], []
-            while waiting and budget > 0 and room > 0:
-                i = waiting[0]
-                g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
-                b = int(_blocks(g, bs))
-                if b > free:
-                    break
-                waiting.popleft()
-                free -= b
-                budget -= g
-                room -= 1
-                rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
-                gives.append(g)
-                if np.isnan(self.scheduled[i]):
-                    self.scheduled[i] = self.now
+            rows, gives, free = self._admit(waiting, tokens, gen, free, budget, p.max_num_seqs - run.size)
             if rows:
                 run.add(rows)
-                want = np.concatenate([want, run.tokens[-len(rows):]])
+                want = np.concatenate([want, run.tokens[-len(rows):] - run.computed[-len(rows):]])
                 give = np.concatenate([give, np.array(gives, dtype=np.int64)])
         return want, give, free
+
+    def _admit(self, waiting, tokens, gen, free, budget: int, room: int):
+        """Waiting requests, in order, while the budget lasts, fewer than max_num_seqs run
+        (``room``) and their blocks are free: (their rows for ``_Running.add``, the tokens
+        given each, the free blocks left)."""
+        bs, rows, gives = self.p.block_size, [], []
+        while waiting and budget > 0 and room > 0:
+            i = waiting[0]
+            g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
+            b = int(_blocks(g, bs))
+            if b > free:
+                break
+            waiting.popleft()
+            free -= b
+            budget -= g
+            room -= 1
+            rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
+            gives.append(g)
+            if np.isnan(self.scheduled[i]):
+                self.scheduled[i] = self.now
+        return rows, gives, free
 
     def _sampled(self, run: _Running, got, tokens, gen) -> int:
         """A token each for the running requests of mask ``got``, now; how many finish."""
@@ -302,6 +322,11 @@ class _VllmV1(_Sim):
 
     def preempted(self, i: int) -> None:
         """Request ``i`` was preempted (a hook: nothing to do when one batch runs at a time)."""
+
+    def _next_ready(self) -> float | None:
+        """With nothing to schedule: when a waiting request may become schedulable without
+        a step (none here: a request that fits nowhere stalls the engine)."""
+        return None
 
     def _finish(self, run: _Running, tokens, gen) -> int:
         """Requests that have all their output leave (their blocks freed); how many."""
@@ -393,6 +418,70 @@ class _VllmV1(_Sim):
             give, need = give[:v], need[:v]
             if first == v:  # (the unmet request was the last: preempted itself)
                 return give, need, free
+
+
+class _VllmV1Decode(_VllmV1):
+    """vLLM v1 as the decode instance of a disaggregated pair (its NixlConnector,
+    vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py): each request's prompt
+    KV was computed by a prefill instance. At the head of the queue a request is given
+    blocks for its whole prompt, taking none of the step's token budget (blocks it does
+    not find hold back the queue, as any waiting request's do), and its KV is pulled in
+    the background (``pull_s``); the queue goes on past it. Once the pull is done, the
+    next schedule takes it as a waiting request with all but its last prompt token
+    computed: a one-token step recomputes that token and samples the first output
+    token. A request preempted after that recomputes here, as any other."""
+
+    def __init__(self, reqs: Requests, steps, p: EngineParams, concurrency: int | None, pull_s):
+        super().__init__(reqs, steps, p, concurrency)
+        self.pull_s = np.broadcast_to(np.asarray(pull_s, dtype=float), (len(reqs),))
+        self.pulled = np.full(len(reqs), np.nan)  # when each request's KV is in (nan: no blocks yet)
+        self.remote = np.ones(len(reqs), dtype=bool)  # its prompt KV still comes from the prefill instance
+        self.pull_blocks = np.zeros(len(reqs), dtype=np.int64)
+
+    def _admit(self, waiting, tokens, gen, free, budget: int, room: int):
+        bs, rows, gives, passed = self.p.block_size, [], [], []
+        while waiting and budget > 0 and room > 0:
+            i = waiting[0]
+            if not self.remote[i]:  # (preempted here: recomputed as any waiting request)
+                got, g, free = super()._admit(deque([i]), tokens, gen, free, budget, room)
+                if not got:
+                    break
+                waiting.popleft()
+                rows += got
+                gives += g
+                budget -= g[0]
+                room -= 1
+                continue
+            if np.isnan(self.pulled[i]):  # blocks for the whole prompt, then the pull
+                b = int(_blocks(int(tokens[i]), bs))
+                if b > free:
+                    break
+                free -= b
+                self.pull_blocks[i] = b
+                self.pulled[i] = self.now + self.pull_s[i]
+                if np.isnan(self.scheduled[i]):
+                    self.scheduled[i] = self.now
+            if self.pulled[i] > self.now:  # (still pulling: the queue goes on past it)
+                passed.append(waiting.popleft())
+                continue
+            waiting.popleft()
+            self.remote[i] = False
+            rows.append((i, int(tokens[i]), int(tokens[i]) - 1, int(self.pull_blocks[i]), int(gen[i]),
+                         int(self.output[i]), self.last_token[i]))
+            gives.append(1)
+            budget -= 1
+            room -= 1
+        waiting.extendleft(reversed(passed))  # (those still pulling keep their places)
+        return rows, gives, free
+
+    def _next_ready(self) -> float | None:
+        pulling = self.pulled[self.remote & (self.pulled > self.now)]
+        later = min(float(pulling.min()) if pulling.size else math.inf, self.due())
+        return None if math.isinf(later) else later
+
+    def _decode_stretch(self, run: _Running, want, waiting, tokens, free) -> bool:
+        # (a request pulling its KV, or one that may be given blocks, ends decode-only stretches)
+        return False if waiting else super()._decode_stretch(run, want, waiting, tokens, free)
 
 
 class _VllmV1Pipeline(_VllmV1):

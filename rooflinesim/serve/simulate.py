@@ -112,6 +112,7 @@ class ServeResult:
     draws: list | None = None  # each draw's metrics
     interval_kernel: dict | None = None  # metric -> [low, high] over the draws of the kernels' error alone
     serving_sigmas: dict | None = None  # per metric group: the published benchmarks' spread (none: not widened)
+    disaggregated: dict | None = None  # prefill/decode pools: what the pair did (disaggregated.run's stats)
 
     def as_dict(self) -> dict:
         e = self.engine
@@ -123,7 +124,8 @@ class ServeResult:
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
-                "replicas": self.replicas}
+                "replicas": self.replicas,
+                **({} if self.disaggregated is None else {"disaggregated": self.disaggregated})}
 
 
 def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_utilization: float,
@@ -142,11 +144,22 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int | None = None,
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
-          seed: int = 0, progress=None) -> ServeResult:
+          seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
+          kv_link=None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
-    intervals the kernel model's error gives (see the module's notes; ``seed`` draws them)."""
+    intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
+    ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
+    the decode replicas at ``decode_tp`` (default: d's), the KV pulled over ``kv_link``."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    if pd is not None:
+        return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, kv_link, engine=engine,
+                         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
+                         step_overhead_s=step_overhead_s, concurrency=concurrency, slo_ms=slo_ms,
+                         interval_samples=interval_samples, seed=seed, progress=progress)
+    if decode_tp is not None or kv_link is not None:
+        raise UserError("--decode-tp and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
         d = replace(d, kernels="hf", hf_cache=None)
     elif engine != "hf" and d.kernels == "hf":
@@ -170,23 +183,95 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(longest, 2))
-    served = _replicas(engine, reqs, steps, p, d.dp, concurrency, progress)
+    def once(scale):
+        return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
+                         progress)
+
+    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), profile, engine, slo_ms,
+                           interval_samples, seed)
+
+
+def _with_intervals(once, result: ServeResult, profile, engine: str, slo_ms, interval_samples: int,
+                    seed: int) -> ServeResult:
+    """``result`` with the run ``once(None)`` and its metrics, and with
+    ``interval_samples`` the intervals of runs ``once(factors)`` with the kernel model's
+    error drawn per family (see the module's notes)."""
+    served = once(None)
     metrics = summary(served, slo_ms)
+    if result.disaggregated is not None:
+        metrics = {**metrics, "steps": metrics["steps"] + result.disaggregated["prefill_steps"]}
     sigmas = family_sigmas(profile)
     if not interval_samples or not sigmas:
-        return ServeResult(metrics, served, p, kv_tokens, d.dp)
+        return replace(result, metrics=metrics, served=served)
     rng = np.random.default_rng([int(seed), 20261201])
     draws = []
     for _ in range(int(interval_samples)):
         factors = {f: float(np.exp(rng.normal(0.0, s))) for f, s in sorted(sigmas.items())}
-        draws.append(summary(_replicas(engine, reqs, steps.scaled(factors), p, d.dp, concurrency, progress), slo_ms))
+        draws.append(summary(once(factors), slo_ms))
     lo, hi = 50 * (1 - INTERVAL_LEVEL), 50 * (1 + INTERVAL_LEVEL)
     kernel = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
               for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
               for v in [[m[k] for m in draws]]}
     serving = serving_sigmas(engine)
-    return ServeResult(metrics, served, p, kv_tokens, d.dp, widen(metrics, kernel, serving), sigmas,
-                       int(interval_samples), draws, kernel, serving)
+    return replace(result, metrics=metrics, served=served, interval=widen(metrics, kernel, serving), sigmas=sigmas,
+                   samples=int(interval_samples), draws=draws, interval_kernel=kernel, serving_sigmas=serving)
+
+
+def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, kv_link, *, engine: str,
+              max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
+              concurrency, slo_ms, interval_samples, seed, progress) -> ServeResult:
+    """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
+    of ``d`` (the decode pool's at ``decode_tp``), their KV caches from the memory planner
+    at vLLM's limits, their limits as one replica's."""
+    from ..models.deploy import kv_bytes_per_token_per_gpu
+    from . import disaggregated
+
+    if engine != "vllm":
+        raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm (its NixlConnector); "
+                        f"{engine}'s is not modelled yet")
+    if d.pp > 1 or d.dp > 1:
+        raise UserError("with --pd the replicas are the prefill and decode pools' (leave --dp at 1); "
+                        "pipeline stages (--pp) are not simulated in a disaggregated pair yet")
+    if concurrency is not None:
+        raise UserError("--concurrency (a closed loop) with --pd is not simulated yet: the two pools are "
+                        "simulated one after the other")
+    prefill_n, decode_n = (int(x) for x in pd)
+    if prefill_n < 1 or decode_n < 1:
+        raise UserError(f"--pd needs at least one prefill and one decode replica (got {prefill_n}:{decode_n})")
+    link = kv_link or disaggregated.Link(disaggregated.KV_LINK_BYTES_PER_S)
+    base = engine_limits(engine, model, spec)
+    block_size = int(block_size or base["block_size"])
+    mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
+    longest = int((reqs.input_tokens + reqs.output_tokens).max())
+    pools = []
+    for count, dep, context in ((prefill_n, d, int(reqs.input_tokens.max()) + 1),
+                                (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest)):
+        kv = kv_tokens
+        if kv is None:
+            kv = kv_cache_tokens(model, spec, dep, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
+                                 max_num_batched_tokens=base["max_num_batched_tokens"],
+                                 max_num_seqs=base["max_num_seqs"])
+        if kv < block_size:
+            raise UserError(f"{model.name} leaves no room for a KV cache on {dep.gpus} x {spec.name} "
+                            f"(see rooflinesim fit)")
+        seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv)["max_num_seqs"])
+        p = EngineParams(engine, mnbt, seqs, block_size, kv // block_size,
+                         ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
+                         base["max_prefill_tokens"])
+        steps = step_times(model, spec, profile, dep, max_tokens=max(mnbt, seqs), max_seqs=seqs,
+                           max_context=max(context, 2))
+        pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus))
+    prefill, decode = pools
+    stats = {}
+
+    def once(scale):
+        served, found = disaggregated.run(reqs, prefill, decode, link, progress, scale)
+        if scale is None:
+            stats.update(found)
+        return served
+
+    result = ServeResult(None, None, decode.engine, decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
+    return _with_intervals(once, result, profile, engine, slo_ms, interval_samples, seed)
 
 
 def serving_sigmas(engine: str) -> dict:

@@ -1,0 +1,113 @@
+"""Prefill/decode disaggregation as vLLM v1 runs it with its NixlConnector: a prefill pool
+and a decode pool of replicas, a proxy in front.
+
+* The proxy picks a prefill and a decode replica for each request (round robin, as vLLM's
+  toy proxy does, tests/v1/kv_connector/nixl_integration/toy_proxy_server.py) and sends
+  the request to the prefill replica with ``max_tokens=1``: a prefill-only request, whose
+  sampled token is dropped. When it is done, the proxy sends the request to the decode
+  replica and streams that replica's tokens to the client: the first token the client
+  sees comes from the decode replica.
+* The decode replica gives the request blocks for its whole prompt when it reaches the
+  head of its queue, pulls the prompt's KV from the prefill replica in the background (a
+  one-sided read of all layers at once, overlapped with its own steps), then recomputes
+  the last prompt token in a one-token step that samples the first output token
+  (``engine._VllmV1Decode``).
+* A pull moves the prompt's KV bytes of one GPU (the larger of a prefill GPU's and a
+  decode GPU's share) over that GPU's link, each GPU pair at once: ``latency + bytes /
+  bandwidth``. The default link is one 400 Gb/s RDMA NIC per GPU as DGX H100/H200 nodes
+  have, at the 42 GB/s measured on one such NIC by Mooncake's transfer engine
+  (kvcache-ai/Mooncake issue 813), with no fixed latency; ``--kv-link-bandwidth`` and
+  ``--kv-link-latency`` set others (e.g. NVLink within a node).
+
+Simplifications, each small where the pools are not out of KV cache: a prefill replica
+frees a request's blocks when its prefill ends, where vLLM holds them until the decode
+replica's read is done (the proxy's hop, the decode queue and the pull: milliseconds to
+seconds); pulls of one GPU do not queue behind each other; the proxy's hop takes no time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+from .engine import EngineParams, simulate
+from .metrics import Served
+from .traffic import Requests
+
+KV_LINK_BYTES_PER_S = 42e9  # per GPU: one 400 Gb/s NIC (kvcache-ai/Mooncake issue 813: 42 GB/s measured)
+KV_LINK_SOURCE = ("one 400 Gb/s RDMA NIC per GPU (DGX H100/H200), at the 42 GB/s Mooncake's transfer engine "
+                  "measured on one (kvcache-ai/Mooncake issue 813); no fixed latency per pull")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One side of the pair: its replicas' count, each replica's scheduler limits and KV
+    cache, its step tables, and the KV bytes a prompt token takes on one of its GPUs."""
+
+    replicas: int
+    engine: EngineParams
+    kv_tokens: int
+    steps: object  # StepTimes
+    kv_bytes_per_token: float
+    gpus: int  # per replica
+
+
+@dataclass(frozen=True)
+class Link:
+    bytes_per_s: float
+    latency_s: float = 0.0
+
+    def pull_s(self, nbytes):
+        return self.latency_s + np.asarray(nbytes, dtype=float) / self.bytes_per_s
+
+
+def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, scale=None) -> tuple[Served, dict]:
+    """Serve ``reqs`` on the pair (see the module's notes): the client's view as one
+    ``Served`` (its steps: the decode pool's), and what the pair did (``stats``).
+    ``scale``: per-family factors applied to both pools' step tables (interval draws)."""
+    n = len(reqs)
+    if n == 0:
+        raise UserError("no requests to serve")
+    pre_steps = prefill.steps if scale is None else prefill.steps.scaled(scale)
+    dec_steps = decode.steps if scale is None else decode.steps.scaled(scale)
+    prompt, output = reqs.input_tokens.astype(np.int64), reqs.output_tokens.astype(np.int64)
+    index = np.arange(n)
+    # 1. the prefill pool: prefill-only requests (max_tokens=1)
+    prefilled, scheduled, pre_steps_n, pre_preempt = np.empty(n), np.empty(n), 0, 0
+    for r in range(min(prefill.replicas, n)):
+        at = index[r::prefill.replicas]
+        s = simulate("vllm", Requests(reqs.arrival_s[at], prompt[at], np.ones(at.size, dtype=np.int64)),
+                     pre_steps, prefill.engine)
+        prefilled[at], scheduled[at] = s.finish_s, s.scheduled_s
+        pre_steps_n += len(s.steps["duration_s"])
+        pre_preempt += s.preemptions
+    # 2. each prompt's KV pulled by its decode replica, which then decodes
+    nbytes = np.maximum(prefill.kv_bytes_per_token, decode.kv_bytes_per_token) * prompt
+    pull = link.pull_s(nbytes)
+    first, finish, gaps, logs, dec_preempt = np.empty(n), np.empty(n), [], [], 0
+    for r in range(min(decode.replicas, n)):
+        at = index[r::decode.replicas]
+        at = at[np.argsort(prefilled[at], kind="stable")]  # (in the order the proxy hands them on)
+        s = simulate("vllm", Requests(prefilled[at], prompt[at], output[at]), dec_steps, decode.engine,
+                     progress=progress, pull_s=pull[at])
+        first[at], finish[at] = s.first_token_s, s.finish_s
+        gaps.append(s.itl_s)
+        logs.append(s.steps)
+        dec_preempt += s.preemptions
+    steps = {k: np.concatenate([g[k] for g in logs]) for k in logs[0]}
+    served = Served(reqs.arrival_s, prompt, output, scheduled, first, finish, np.concatenate(gaps),
+                    pre_preempt + dec_preempt, steps)
+    ms = pull * 1e3
+    stats = {"prefill_replicas": prefill.replicas, "decode_replicas": decode.replicas,
+             "gpus": prefill.replicas * prefill.gpus + decode.replicas * decode.gpus,
+             "prefill_kv_cache_tokens": prefill.kv_tokens, "decode_kv_cache_tokens": decode.kv_tokens,
+             "prefill_steps": pre_steps_n, "decode_steps": int(len(steps["duration_s"])),
+             "prefill_preemptions": pre_preempt, "decode_preemptions": dec_preempt,
+             "kv_link_bytes_per_s": link.bytes_per_s, "kv_link_latency_s": link.latency_s,
+             "mean_kv_bytes_per_request": float(nbytes.mean()), "mean_kv_pull_ms": float(ms.mean()),
+             "p99_kv_pull_ms": float(np.percentile(ms, 99)),
+             "mean_prefill_done_ms": float(((prefilled - reqs.arrival_s) * 1e3).mean()),
+             "p99_prefill_done_ms": float(np.percentile((prefilled - reqs.arrival_s) * 1e3, 99))}
+    return served, stats

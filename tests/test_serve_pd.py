@@ -1,0 +1,148 @@
+"""`serve --pd`: a prefill pool and a decode pool, each prompt's KV pulled by its decode
+replica (vLLM v1 with its NixlConnector)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rooflinesim.calibration.profile import resolve_profile
+from rooflinesim.cli.main import main
+from rooflinesim.errors import UserError
+from rooflinesim.hardware import load_spec
+from rooflinesim.models.config import load_config
+from rooflinesim.models.deploy import Deployment, kv_bytes_per_token_per_gpu
+from rooflinesim.serve.disaggregated import KV_LINK_BYTES_PER_S, Link
+from rooflinesim.serve.simulate import serve
+from rooflinesim.serve.traffic import random_requests
+
+H200 = load_spec("h200")
+FITTED = resolve_profile(H200, None)
+LLAMA = load_config("llama-3.1-8b")
+
+
+def _pd(reqs, pd=(1, 1), **kw):
+    return serve(LLAMA, H200, FITTED, Deployment(), reqs, pd=pd, **kw)
+
+
+def test_a_lone_request_takes_its_prefill_its_pull_and_one_decode_step():
+    # TTFT: the prefill replica's step, the pull of the prompt's KV, then the decode
+    # replica's one-token step over the prompt (which samples the first token)
+    prompt = 3000
+    r = _pd(random_requests(1, prompt, 50), step_overhead_s=0.0)
+    steps = r.served.steps
+    pull = kv_bytes_per_token_per_gpu(LLAMA, Deployment()) * prompt / KV_LINK_BYTES_PER_S
+    assert r.disaggregated["mean_kv_pull_ms"] == pytest.approx(pull * 1e3, rel=1e-9)
+    from rooflinesim.serve.simulate import step_times
+
+    pre = step_times(LLAMA, H200, FITTED, Deployment(), max_tokens=8192, max_seqs=1024, max_context=prompt + 1)
+    prefill_s = pre.step_s(0, 0.0, chunk_n=1, chunk_tokens=prompt, chunk_context=prompt, samplers=1)
+    first_decode = steps["duration_s"][0]
+    assert r.metrics["mean_ttft_ms"] == pytest.approx((prefill_s + pull + first_decode) * 1e3, rel=1e-6)
+    assert r.disaggregated["prefill_steps"] == 1 and r.disaggregated["decode_steps"] == 50
+    assert r.metrics["steps"] == 51  # (both pools' steps)
+
+
+def test_every_request_is_served_and_the_decode_side_has_no_prefill_stalls():
+    reqs = random_requests(300, 2048, 200, rate=12.0, seed=2, range_ratio=0.5)
+    pd = _pd(reqs)
+    colocated = serve(LLAMA, H200, FITTED, Deployment(dp=2), reqs)
+    s, m = pd.served, pd.metrics
+    assert m["completed"] == 300 and np.all(np.isfinite(s.finish_s))
+    # every output token comes from the decode replicas: a gap per token but each request's first
+    assert s.itl_s.size == int((s.output_tokens - 1).sum())
+    assert np.all(s.first_token_s > s.scheduled_s) and np.all(s.finish_s >= s.first_token_s)
+    # the decode replicas' steps are decodes (and one-token recomputes): no prefill in their way, so
+    # the tail of the inter-token gaps stays near their median, where colocated prefills stall decodes
+    assert m["p99_itl_ms"] < 1.5 * m["median_itl_ms"]
+    assert colocated.metrics["p99_itl_ms"] > 2 * colocated.metrics["median_itl_ms"]
+    assert int(s.steps["tokens"].max()) <= 1024  # (decodes only: a token per running request)
+    # the same GPUs, the same work: the same throughput while neither pool is saturated
+    assert m["output_throughput"] == pytest.approx(colocated.metrics["output_throughput"], rel=0.02)
+
+
+def test_a_slower_link_delays_the_first_token_by_the_pulls():
+    reqs = random_requests(40, 2048, 20, rate=0.5, seed=4)
+    fast = _pd(reqs, step_overhead_s=0.0)
+    slow = _pd(reqs, step_overhead_s=0.0, kv_link=Link(KV_LINK_BYTES_PER_S / 10, 0.002))
+    extra = slow.disaggregated["mean_kv_pull_ms"] - fast.disaggregated["mean_kv_pull_ms"]
+    assert extra == pytest.approx(9 * fast.disaggregated["mean_kv_pull_ms"] + 2.0, rel=1e-9)
+    # at this rate a request meets an idle decode replica: its TTFT grows by its pull's growth
+    assert slow.metrics["median_ttft_ms"] - fast.metrics["median_ttft_ms"] == pytest.approx(extra, rel=0.05)
+    assert slow.metrics["median_tpot_ms"] == pytest.approx(fast.metrics["median_tpot_ms"], rel=0.02)
+
+
+def test_more_prefill_replicas_shorten_the_queue_for_prefills():
+    reqs = random_requests(400, 4096, 64, rate=30.0, seed=5)
+    one, two = _pd(reqs, pd=(1, 1)), _pd(reqs, pd=(2, 1))
+    assert two.metrics["median_ttft_ms"] < 0.5 * one.metrics["median_ttft_ms"]
+    assert two.disaggregated["gpus"] == 3 and two.replicas == 3
+
+
+def test_a_small_decode_cache_queues_and_preempts_and_still_serves_everyone():
+    reqs = random_requests(120, 1500, 300, rate=40.0, seed=6, range_ratio=0.5)
+    r = _pd(reqs, kv_tokens=20_000)
+    assert r.metrics["completed"] == 120 and np.all(np.isfinite(r.served.finish_s))
+    assert r.disaggregated["decode_preemptions"] > 0
+    assert r.served.steps["kv_blocks_used"].max() <= 20_000 // 16
+
+
+def test_the_same_seed_gives_the_same_answer_and_intervals_hold_it():
+    reqs = random_requests(100, 1024, 64, rate=10.0, seed=7)
+    a = _pd(reqs, interval_samples=4, seed=3)
+    b = _pd(reqs, interval_samples=4, seed=3)
+    assert a.metrics == b.metrics and a.interval == b.interval
+    for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput"):
+        lo, hi = a.interval[key]
+        assert lo <= a.metrics[key] <= hi
+
+
+def test_decode_replicas_of_another_tensor_parallelism():
+    reqs = random_requests(60, 2048, 64, rate=4.0, seed=8)
+    r = serve(load_config("llama-3-70b"), H200, FITTED, Deployment(tp=2), reqs, pd=(1, 1), decode_tp=4)
+    assert r.disaggregated["gpus"] == 6
+    # the pull moves the larger of the two sides' per-GPU share: the TP-2 prefill GPU's
+    per_gpu = kv_bytes_per_token_per_gpu(load_config("llama-3-70b"), Deployment(tp=2))
+    assert r.disaggregated["mean_kv_bytes_per_request"] == pytest.approx(per_gpu * reqs.input_tokens.mean())
+
+
+def test_cli_json_and_text():
+    from click.testing import CliRunner
+
+    from rooflinesim.cli.main import cli
+
+    args = ["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "40", "--rate", "4", "--pd", "1:2"]
+    out = json.loads(CliRunner().invoke(cli, [*args, "--json", "--interval-samples", "0"]).output)
+    x = out["disaggregated"]
+    assert (x["prefill_replicas"], x["decode_replicas"], x["gpus"]) == (1, 2, 3)
+    assert out["kv_link_source"].startswith("one 400 Gb/s") and out["completed"] == 40
+    text = CliRunner().invoke(cli, [*args, "--kv-link-bandwidth", "400GB/s", "--interval-samples", "0"])
+    assert text.exit_code == 0 and "1 prefill and 2 decode replicas" in text.output and "400 GB/s" in text.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--pd", "0:1"], "PREFILL:DECODE"),
+    (["--pd", "2"], "PREFILL:DECODE"),
+    (["--pd", "a:b"], "PREFILL:DECODE"),
+    (["--pd", "1:1", "--engine", "sglang"], "vllm"),
+    (["--pd", "1:1", "--concurrency", "4"], "closed loop"),
+    (["--pd", "1:1", "--dp", "2"], "--dp"),
+    (["--pd", "1:1", "--pp", "2"], "pipeline"),
+    (["--decode-tp", "2"], "go with --pd"),
+    (["--pd", "1:1", "--kv-link-bandwidth", "fast"], "bandwidth"),
+    (["--pd", "1:1", "--kv-link-latency", "-1ms"], "kv-link-latency"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(args, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_the_library_refuses_what_it_does_not_model():
+    reqs = random_requests(5, 128, 8)
+    with pytest.raises(UserError, match="vllm"):
+        serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm", pd=(1, 1))
+    with pytest.raises(UserError, match="go with --pd"):
+        serve(LLAMA, H200, FITTED, Deployment(), reqs, decode_tp=2)
