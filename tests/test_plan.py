@@ -286,3 +286,46 @@ def test_the_plan_chart_and_its_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:  # (kept without --force)
         main(args)
     assert e.value.code == 2
+
+
+PD_WORKLOAD = {**WORKLOAD, "input_len": 6000, "output_len": 300, "num_prompts": 150}
+
+
+def test_disaggregated_pairs_win_where_prefills_stall_the_decodes():
+    # long prompts at a tight TPOT: colocated, the prefill chunks share the decodes' steps and
+    # stretch their tail; a prefill replica beside a decode replica keeps the decodes alone
+    kw = dict(rate=3.0, slos={"p99_ttft_ms": 1000.0, "p99_tpot_ms": 9.0}, workload=PD_WORKLOAD, gpus=["h200-sxm"],
+              samples=0)
+    colocated, pd = _plan(**kw), _plan(**kw, pd=True)
+    assert colocated["best"] is None or colocated["best"]["cost_per_hour"] > pd["best"]["cost_per_hour"]
+    b = pd["best"]
+    assert (b["prefill_replicas"], b["decode_replicas"], b["gpus"], b["tp"]) == (1, 1, 2, 1)
+    assert b["metrics"]["p99_tpot_ms"] <= 9.0 and pd["pd"] is True
+    assert sum(pd["settled"].values()) == pd["configurations"]
+    # (each count of r replicas also as its r - 1 splits: TP 1 at 1 and 2 replicas, TP 2 at 1)
+    assert pd["configurations"] == colocated["configurations"] + 9 * 1
+
+
+def test_the_pools_bounds_hold_against_a_saturated_pair():
+    import math
+
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.serve.simulate import serve
+    from rooflinesim.serve.traffic import requests_at
+
+    w = {**WORKLOAD, "num_prompts": 60}
+    c, job, b = _bound_of("llama-3.1-8b", "h100-sxm", 1, w)
+    spec = load_spec("h100-sxm")
+    for lim in b["limits"][:3]:
+        r = serve(load_config("llama-3.1-8b"), spec, resolve_profile(spec, None), Deployment(),
+                  requests_at(w, math.inf), max_num_batched_tokens=lim["tokens"], max_num_seqs=lim["seqs"],
+                  kv_tokens=lim["kv"], pd=(1, 1))
+        assert r.metrics["request_throughput"] <= min(lim["pool_ceilings"]) * (1 + 1e-9), lim
+
+
+def test_pd_plans_need_vllm():
+    with pytest.raises(UserError, match="--pd"):
+        _plan(engine="sglang", pd=True)

@@ -29,6 +29,9 @@ MAX_RATE = 1e6
 @click.option("--pp", "pps", multiple=True, type=Size(max=64),
               help="Pipeline stages to search (repeatable; default: 1). Each TP comes at each depth whose GPUs "
                    "stay in one node (links between nodes are not modelled); --engine vllm.")
+@click.option("--pd", "pd", is_flag=True,
+              help="Also search prefill/decode disaggregated pairs (serve --pd): each replica count of a type "
+                   "split into prefill and decode replicas; --engine vllm.")
 @click.option("--max-num-batched-tokens", "tokens_options", multiple=True, type=Size(max=MAX_LEN),
               help="Token budgets of a step to search (repeatable; default: the engine's default for the GPU, "
                    "2048 and 16384).")
@@ -65,7 +68,7 @@ MAX_RATE = 1e6
                    "with no interval).")
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
-         pps, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
+         pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
          num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
          include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
@@ -115,7 +118,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
-                  pp=list(pps) or None, min_probability=min_probability, progress=tick, on_start=begin)
+                  pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)
@@ -134,11 +137,16 @@ def _name(r) -> str:
             + (f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""))
 
 
+def _replicas(r) -> str:
+    """The replicas, as P:D (prefill:decode) for a disaggregated pair."""
+    return str(r["replicas"]) if not r.get("prefill_replicas") else f"{r['prefill_replicas']}:{r['decode_replicas']}"
+
+
 def _row(r) -> tuple:
     m = r["metrics"]
     p = r.get("probability_meets_slo")
     return (_name(r), r["weights"], r["kv_dtype"], f"{r['max_num_batched_tokens']}/{r['max_num_seqs']}",
-            str(r["replicas"]), str(r["gpus"]), f"${r['cost_per_hour']:,.2f}",
+            _replicas(r), str(r["gpus"]), f"${r['cost_per_hour']:,.2f}",
             f"${r['cost_per_million_output_tokens']:,.3f}",
             *(f"{m[k]:.4g}" for k in sorted(k for k in m if k.startswith("p99_"))),
             "-" if p is None else f"{100 * p:.0f}%", r.get("profile", ""))
@@ -153,19 +161,21 @@ def _print(out: dict) -> None:
         lines.append(f"searched for a probability of {100 * out['min_probability']:.0f}% that each holds: estimates "
                      "within " + ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms" for k, v in out["search_slos"].items()))
     keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
-    heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas", "GPUs", "$/hour", "$/M out tok", *keys,
-             "P(meets SLO)", "profile")
+    heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas (P:D)" if out.get("pd") else "replicas", "GPUs",
+             "$/hour", "$/M out tok", *keys, "P(meets SLO)", "profile")
     if out["best"] is None:
         lines.append("no configuration meets the SLOs")
     else:
         b = out["best"]
         lines += ["", f"cheapest: {_name(b)} ({b['weights']} weights), max_num_batched_tokens "
-                      f"{b['max_num_batched_tokens']}, max_num_seqs {b['max_num_seqs']}, {b['replicas']} replica(s), "
-                      f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, ${b['cost_per_million_output_tokens']:,.3f} "
+                      f"{b['max_num_batched_tokens']}, max_num_seqs {b['max_num_seqs']}, "
+                      + (f"{b['replicas']} replica(s), " if not b.get("prefill_replicas") else
+                         f"{b['prefill_replicas']} prefill and {b['decode_replicas']} decode replicas, ")
+                      + f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, ${b['cost_per_million_output_tokens']:,.3f} "
                       f"per million output tokens (${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
         lines.append(table([_row(r) for r in [b, *out["runners_up"]]], headers=heads))
         lines += ["", "cost-latency Pareto front (of those found): " + "; ".join(
-            f"{_name(r)} {r['weights']} x{r['replicas']} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
+            f"{_name(r)} {r['weights']} x{_replicas(r)} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]
     for s in out.get("not_tried", []):
         if "no fitted profile" in s["reason"]:
             lines.append(f"left out: {s['gpu']}: {s['reason']}")

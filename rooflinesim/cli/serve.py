@@ -119,6 +119,8 @@ def _goodput(ctx, param, values) -> dict:
                    "decode replica (e.g. 1:2).")
 @click.option("--decode-tp", type=PAR, default=None,
               help="--pd: tensor-parallel GPUs of each decode replica (default: --tp).")
+@click.option("--decode-gpu", default=None,
+              help="--pd: the decode replicas' GPU (default: --gpu), priced with its own default profile.")
 @click.option("--kv-link-bandwidth", default=None,
               help="--pd: bandwidth of the KV pull per GPU, e.g. 42GB/s (default: one 400 Gb/s NIC per GPU at "
                    "the 42 GB/s measured on one; its source in the JSON).")
@@ -165,7 +167,7 @@ def _goodput(ctx, param, values) -> dict:
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
-          decode_tp, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
+          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -226,9 +228,12 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
                       burstiness=burstiness, seed=seed)
         reqs = requests_at(workload, rate)
-    link = None
-    if pd is None and (decode_tp is not None or kv_link_bandwidth is not None or kv_link_latency is not None):
-        raise UserError("--decode-tp, --kv-link-bandwidth and --kv-link-latency go with --pd")
+    link = decoder = None
+    if pd is None and any(x is not None for x in (decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency)):
+        raise UserError("--decode-tp, --decode-gpu, --kv-link-bandwidth and --kv-link-latency go with --pd")
+    if decode_gpu is not None:
+        d_spec = load_gpu(decode_gpu, spec_files, fast=True)
+        decoder = (d_spec, load_profile(d_spec, None, fast=True))
     if pd is not None:
         from ..serve.disaggregated import KV_LINK_BYTES_PER_S, Link
 
@@ -239,7 +244,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
                    step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed,
-                   pd=pd, decode_tp=decode_tp, kv_link=link)
+                   pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link)
     search = None
     if max_rate:
         def make(rate):
@@ -322,7 +327,10 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            f"workload: {load}", ""]
     if r.disaggregated:
         x = r.disaggregated
-        out[0] = (f"{head['model']} on {x['gpus']} x {spec.name}: {x['prefill_replicas']} prefill and "
+        gpus = (f"{x['gpus']} x {spec.name}" if x["prefill_gpu"] == x["decode_gpu"] else
+                f"{x['prefill_replicas'] * x['prefill_gpus_per_replica']} x {x['prefill_gpu']} and "
+                f"{x['decode_replicas'] * x['decode_gpus_per_replica']} x {x['decode_gpu']}")
+        out[0] = (f"{head['model']} on {gpus}: {x['prefill_replicas']} prefill and "
                   f"{x['decode_replicas']} decode replicas ({d.describe()}"
                   + (f"; decode tp {head['decode_tp']}" if head.get("decode_tp") else "") + f") [profile: {head['profile']}]")
         out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "

@@ -52,6 +52,8 @@ class Pool:
     steps: object  # StepTimes
     kv_bytes_per_token: float
     gpus: int  # per replica
+    gpu: str  # the GPU's spec name
+    profile: object  # its calibration profile
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
     ms = pull * 1e3
     stats = {"prefill_replicas": prefill.replicas, "decode_replicas": decode.replicas,
              "gpus": prefill.replicas * prefill.gpus + decode.replicas * decode.gpus,
+             "prefill_gpu": prefill.gpu, "decode_gpu": decode.gpu,
+             "prefill_gpus_per_replica": prefill.gpus, "decode_gpus_per_replica": decode.gpus,
              "prefill_kv_cache_tokens": prefill.kv_tokens, "decode_kv_cache_tokens": decode.kv_tokens,
              "prefill_steps": pre_steps_n, "decode_steps": int(len(steps["duration_s"])),
              "prefill_preemptions": pre_preempt, "decode_preemptions": dec_preempt,

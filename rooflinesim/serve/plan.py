@@ -32,6 +32,12 @@ dtypes) x the engine's limits (``max_num_batched_tokens`` x ``max_num_seqs``) x 
      the configuration with the most room under the SLOs is reported; each is then
      simulated again with the kernel model's error drawn (``serve``'s intervals): its
      intervals and the probability that the SLOs hold.
+With ``pd``, each replica count also comes split into a disaggregated pair (``serve --pd``:
+P prefill and the rest decode replicas of the type): its bounds are the prefill pool's
+ceiling (every prompt token at the best tokens-per-second) and the decode pool's (the
+decodes' and the KV cache's of the ceiling above), each setting its pool's fewest
+replicas; a split is tried after the colocated configuration of its type and count, as
+another of the group's limits.
 Cost: GPUs x the price per GPU-hour (``rooflinesim/data/gpu_prices.yaml``, each figure with
 its source and date, or ``--prices``), and per million output tokens at the simulated
 output throughput. The work runs in a process pool (one worker per core), or on a Ray
@@ -83,6 +89,12 @@ class Config:
     kv_cache_tokens: int
     replicas: int
     cost_per_hour: float
+    prefill: int = 0  # prefill replicas of a disaggregated pair (the others decode); 0: colocated
+
+    @property
+    def label(self) -> str:
+        return f"{self.replicas} replica(s)" if not self.prefill else \
+            f"{self.prefill} prefill + {self.replicas - self.prefill} decode replicas"
 
 
 def load_prices(path=None) -> dict:
@@ -202,14 +214,19 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
     held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
     # (on pp stages up to pp batches are in flight, and a stage takes at least 1 / pp of a pass)
     stages = st.d.pp
-    busy = max(work * per_token / stages, float(later.sum()) / concurrent * sampling / stages, held)
+    decoding = max(float(later.sum()) / concurrent * sampling / stages, held)
+    busy = max(work * per_token / stages, decoding)
     ceiling = prompt.size / busy if busy > 0 else math.inf
     replicas = max(1, math.floor(rate / ceiling) + 1)
+    # a disaggregated pair's pools: a prefill replica computes the prompts' tokens; a decode
+    # replica the decodes, with the KV they hold (requests/s at most, each)
+    pool_ceilings = [prompt.size / x if x > 0 else math.inf for x in (float(prompt.sum()) * per_token, decoding)]
+    pools = {"pool_ceilings": pool_ceilings, "pools": [max(1, math.floor(rate / x) + 1) for x in pool_ceilings]}
     if replicas > most:
-        return {"rejected": "too many GPUs", "ceiling": ceiling, "lower": lower,
+        return {"rejected": "too many GPUs", "ceiling": ceiling, "lower": lower, **pools,
                 "reason": f"a replica serves at most {ceiling:.3g} req/s: at least {replicas} replicas "
                           f"(max {most} of this size)"}
-    return {"replicas": replicas, "ceiling": ceiling, "lower": lower}
+    return {"replicas": replicas, "ceiling": ceiling, "lower": lower, **pools}
 
 
 def _simulate(args) -> dict:
@@ -223,11 +240,12 @@ def _simulate(args) -> dict:
 
     model, spec, profile, d = _setup(cfg.candidate, job)
     slos = job["slos"]
+    pair = dict(pd=(cfg.prefill, cfg.replicas - cfg.prefill)) if cfg.prefill else {}
     try:
-        r = serve(model, spec, profile, replace(d, dp=cfg.replicas), requests_at(job["workload"], job["rate"]),
-                  engine=job["engine"], max_num_batched_tokens=cfg.max_num_batched_tokens,
-                  max_num_seqs=cfg.max_num_seqs, kv_tokens=cfg.kv_cache_tokens, interval_samples=samples,
-                  seed=job["workload"]["seed"])
+        r = serve(model, spec, profile, d if cfg.prefill else replace(d, dp=cfg.replicas),
+                  requests_at(job["workload"], job["rate"]), engine=job["engine"],
+                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+                  kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"], **pair)
     except UserError as e:
         return {"config": cfg, "rejected": "invalid", "reason": str(e)}
     missed = [k for k, v in slos.items() if r.metrics[k] > v]
@@ -236,7 +254,7 @@ def _simulate(args) -> dict:
     if missed:
         k = missed[0]
         return {**out, "rejected": k.replace("p99_", "").replace("_ms", "").upper(),
-                "reason": f"{k} is {r.metrics[k]:.4g} ms (SLO {slos[k]:.4g}) with {cfg.replicas} replica(s) at "
+                "reason": f"{k} is {r.metrics[k]:.4g} ms (SLO {slos[k]:.4g}) with {cfg.label} at "
                           f"{job['rate']:g} req/s"}
     if samples:
         draws = r.draws or []
@@ -350,7 +368,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
-         pp: list | None = None, min_probability: float | None = None, progress=None, on_start=None) -> dict:
+         pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
+         on_start=None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -364,6 +383,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
+    if pd and (engine != "vllm" or max(pp or (1,)) > 1):
+        raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm without pipeline stages")
     missing = [g for g in gpus if g not in prices]
     if missing:
         raise UserError(f"no price for {', '.join(missing)}: give --prices FILE with them, or leave them out")
@@ -382,7 +403,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if min_probability is not None:  # (the search's limits, tightened by the spread of what is measured)
         slos = tightened(slos, min_probability, engine, gpus)
     job = {"model": model_name, "rate": rate, "slos": slos, "slos_given": given, "workload": workload,
-           "max_gpus": max_gpus, "min_probability": min_probability,
+           "max_gpus": max_gpus, "min_probability": min_probability, "pd": bool(pd),
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
@@ -416,7 +437,10 @@ def tightened(slos: dict, probability: float, engine: str, gpus: list) -> dict:
 def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start) -> dict:
     bounds = workers.map(_bounds, [(c, job) for c in cands])
     # every configuration of the space, each settled once: by step 1 or 2, by a run, or not needed
-    space = {c: max(1, job["max_gpus"] // c.gpus) * max(1, len(b["limits"])) for c, b in zip(cands, bounds)}
+    # (with pd, each count of r replicas also as its r - 1 splits)
+    counts = {c: max(1, job["max_gpus"] // c.gpus) for c in cands}
+    space = {c: (counts[c] + (counts[c] * (counts[c] - 1) // 2 if job.get("pd") else 0)) * max(1, len(b["limits"]))
+             for c, b in zip(cands, bounds)}
     total = sum(space.values())
     if on_start is not None:
         on_start(total)
@@ -430,23 +454,38 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             settled["invalid"] += space[c]
             verdicts[c].append(("bound", math.inf, "invalid", b["error"]))
             continue
-        most = max(1, job["max_gpus"] // c.gpus)
+        most = counts[c]
+        per_limits = space[c] // max(1, len(b["limits"]))
         for lim in b["limits"]:
-            if "rejected" in lim:
-                settled[lim["rejected"] if lim["rejected"] == "does not fit" else "bound"] += most
+            rejected = lim.get("rejected")
+            if rejected and (rejected != "too many GPUs" or not job.get("pd")):
+                settled[lim["rejected"] if lim["rejected"] == "does not fit" else "bound"] += per_limits
                 verdicts[c].append(("bound", math.inf, lim["rejected"],
                                     _limits_text(lim["tokens"], lim["seqs"]) + lim["reason"]))
                 continue
-            settled["bound"] += lim["replicas"] - 1  # (too few replicas for the rate)
-            for r in range(lim["replicas"], most + 1):
-                todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.gpus * price[c]))
+            if rejected:  # (too many GPUs colocated; the splits are bounded apart)
+                settled["bound"] += most
+                verdicts[c].append(("bound", math.inf, lim["rejected"],
+                                    _limits_text(lim["tokens"], lim["seqs"]) + lim["reason"]))
+            else:
+                settled["bound"] += lim["replicas"] - 1  # (too few replicas for the rate)
+                for r in range(lim["replicas"], most + 1):
+                    todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.gpus * price[c]))
+            if job.get("pd"):
+                fewest_p, fewest_d = lim["pools"]
+                for r in range(2, most + 1):
+                    for p in range(1, r):
+                        if p < fewest_p or r - p < fewest_d:
+                            settled["bound"] += 1  # (a pool too small for the rate)
+                        else:
+                            todo.append(Config(c, lim["tokens"], lim["seqs"], lim["kv"], r, r * c.gpus * price[c], p))
     tick(sum(settled.values()))
     # cost first; among equals the fewest GPUs, then each group (a type at a replica count) with
     # the engine's default limits first
     todo.sort(key=lambda x: (x.cost_per_hour, x.replicas * x.candidate.gpus, x.candidate.gpu, x.candidate.tp,
                              x.candidate.pp, x.candidate.weights, x.candidate.kv_dtype, x.candidate.ep, x.replicas,
-                             (x.max_num_batched_tokens, x.max_num_seqs) != defaults[x.candidate],
-                             -x.max_num_batched_tokens, -x.max_num_seqs))
+                             x.prefill != 0, (x.max_num_batched_tokens, x.max_num_seqs) != defaults[x.candidate],
+                             -x.max_num_batched_tokens, -x.max_num_seqs, x.prefill))
     found, met, groups = [], {}, set()  # met: type -> the cost of its cheapest configuration that meets the SLOs
     others: dict = {}  # (type, replicas) that met the SLOs -> its other limits, left unsimulated
     queue = todo
@@ -534,7 +573,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
                                                             "search_slos": slos}
     return {"model": model.name, "rate": job["rate"], "slos": job.get("slos_given", slos), **extra,
             "workload": job["workload"],
-            "engine": job["engine"], "candidates": len(cands), "configurations": total,
+            "engine": job["engine"], "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
             "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,
             "not_tried": skipped}
@@ -566,6 +605,7 @@ def _row(cfg: Config, r: dict, prices: dict, profile: str) -> dict:
     return {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
             "profile": profile, "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
             "kv_cache_tokens": cfg.kv_cache_tokens, "replicas": cfg.replicas, "gpus": cfg.replicas * c.gpus,
+            "prefill_replicas": cfg.prefill or None, "decode_replicas": cfg.replicas - cfg.prefill if cfg.prefill else None,
             "cost_per_hour": cfg.cost_per_hour,
             "cost_per_million_output_tokens": cfg.cost_per_hour / tokens_per_hour * 1e6,
             "usd_per_gpu_hour": prices[c.gpu]["usd_per_gpu_hour"], "price_source": prices[c.gpu].get("source"),

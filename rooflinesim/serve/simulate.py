@@ -145,21 +145,22 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
-          kv_link=None) -> ServeResult:
+          decode_gpu: tuple | None = None, kv_link=None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
-    the decode replicas at ``decode_tp`` (default: d's), the KV pulled over ``kv_link``."""
+    the decode replicas at ``decode_tp`` (default: d's) on ``decode_gpu`` ((spec, profile);
+    default: the prefill replicas' GPU), the KV pulled over ``kv_link``."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     if pd is not None:
-        return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, kv_link, engine=engine,
+        return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
                          step_overhead_s=step_overhead_s, concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress)
-    if decode_tp is not None or kv_link is not None:
-        raise UserError("--decode-tp and the KV link go with --pd (prefill/decode disaggregation)")
+    if decode_tp is not None or decode_gpu is not None or kv_link is not None:
+        raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
         d = replace(d, kernels="hf", hf_cache=None)
     elif engine != "hf" and d.kernels == "hf":
@@ -187,20 +188,24 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
                          progress)
 
-    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), profile, engine, slo_ms,
+    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), [profile], engine, slo_ms,
                            interval_samples, seed)
 
 
-def _with_intervals(once, result: ServeResult, profile, engine: str, slo_ms, interval_samples: int,
+def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_ms, interval_samples: int,
                     seed: int) -> ServeResult:
     """``result`` with the run ``once(None)`` and its metrics, and with
     ``interval_samples`` the intervals of runs ``once(factors)`` with the kernel model's
-    error drawn per family (see the module's notes)."""
+    error drawn per family (see the module's notes; with several GPUs' ``profiles``, each
+    family's largest spread)."""
     served = once(None)
     metrics = summary(served, slo_ms)
     if result.disaggregated is not None:
         metrics = {**metrics, "steps": metrics["steps"] + result.disaggregated["prefill_steps"]}
-    sigmas = family_sigmas(profile)
+    sigmas = {}
+    for prof in profiles:
+        for f, x in family_sigmas(prof).items():
+            sigmas[f] = max(sigmas.get(f, 0.0), x)
     if not interval_samples or not sigmas:
         return replace(result, metrics=metrics, served=served)
     rng = np.random.default_rng([int(seed), 20261201])
@@ -217,12 +222,12 @@ def _with_intervals(once, result: ServeResult, profile, engine: str, slo_ms, int
                    samples=int(interval_samples), draws=draws, interval_kernel=kernel, serving_sigmas=serving)
 
 
-def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, kv_link, *, engine: str,
-              max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
-              concurrency, slo_ms, interval_samples, seed, progress) -> ServeResult:
+def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, decode_gpu, kv_link, *,
+              engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
+              step_overhead_s, concurrency, slo_ms, interval_samples, seed, progress) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
-    of ``d`` (the decode pool's at ``decode_tp``), their KV caches from the memory planner
-    at vLLM's limits, their limits as one replica's."""
+    of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
+    the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
     from ..models.deploy import kv_bytes_per_token_per_gpu
     from . import disaggregated
 
@@ -239,13 +244,15 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     if prefill_n < 1 or decode_n < 1:
         raise UserError(f"--pd needs at least one prefill and one decode replica (got {prefill_n}:{decode_n})")
     link = kv_link or disaggregated.Link(disaggregated.KV_LINK_BYTES_PER_S)
-    base = engine_limits(engine, model, spec)
-    block_size = int(block_size or base["block_size"])
-    mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
+    d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
-    for count, dep, context in ((prefill_n, d, int(reqs.input_tokens.max()) + 1),
-                                (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest)):
+    for count, dep, context, spec, profile in (
+            (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile),
+            (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile)):
+        base = engine_limits(engine, model, spec)
+        block_size = int(block_size or base["block_size"])
+        mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
         kv = kv_tokens
         if kv is None:
             kv = kv_cache_tokens(model, spec, dep, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
@@ -260,7 +267,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                          base["max_prefill_tokens"])
         steps = step_times(model, spec, profile, dep, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                            max_context=max(context, 2))
-        pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus))
+        pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
+                                        spec.name, profile))
     prefill, decode = pools
     stats = {}
 
@@ -271,7 +279,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
         return served
 
     result = ServeResult(None, None, decode.engine, decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
-    return _with_intervals(once, result, profile, engine, slo_ms, interval_samples, seed)
+    return _with_intervals(once, result, [prefill.profile, decode.profile], engine, slo_ms, interval_samples, seed)
 
 
 def serving_sigmas(engine: str) -> dict:
