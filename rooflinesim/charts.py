@@ -247,7 +247,8 @@ def plan_figure(out: dict, title: str = "") -> go.Figure:
     def label(r):
         ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
         pp = f" PP {r['pp']}" if r.get("pp", 1) > 1 else ""
-        return f"{r['gpu']} x {r['tp']}{pp}{ep} {r['weights']} x{r['replicas']}"
+        replicas = f"{r['prefill_replicas']}:{r['decode_replicas']}" if r.get("prefill_replicas") else r["replicas"]
+        return f"{r['gpu']} x {r['tp']}{pp}{ep} {r['weights']} x{replicas}"
 
     fig.add_trace(go.Scatter(
         x=[r["metrics"][key] for r in feasible], y=[r["cost_per_hour"] for r in feasible], mode="markers",
