@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.cli.main import main
@@ -146,3 +148,24 @@ def test_the_library_refuses_what_it_does_not_model():
         serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm", pd=(1, 1))
     with pytest.raises(UserError, match="go with --pd"):
         serve(LLAMA, H200, FITTED, Deployment(), reqs, decode_tp=2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
+       budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
+       kv=st.sampled_from([4000, 50_000, 10**6]), pd=st.sampled_from([(1, 1), (2, 1), (1, 3)]))
+def test_every_request_is_served_by_the_pair_whatever_the_workload(reqs, budget, seqs, kv, pd):
+    from rooflinesim.serve.traffic import Requests
+
+    t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
+    kv = max(kv, int(((i + o + 15) // 16).max()) * 16)
+    r = _pd(Requests(t - t[0], i, o), pd=pd, max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs,
+            kv_tokens=kv)
+    s, x = r.served, r.disaggregated
+    assert r.metrics["completed"] == len(reqs) and np.all(np.isfinite(s.finish_s))
+    # the first token after the prefill and the pull; every later token leaves a gap
+    assert np.all(s.first_token_s >= s.scheduled_s) and np.all(s.finish_s >= s.first_token_s)
+    assert x["prefill_replicas"] == pd[0] and x["decode_replicas"] == pd[1]
+    assert s.itl_s.size == int((o - 1).sum()) and np.all(s.itl_s > 0)
+    assert int(s.steps["sequences"].max()) <= seqs
+    assert int(s.steps["tokens"].max()) <= max(budget, seqs)
