@@ -171,8 +171,9 @@ def _print(out: dict) -> None:
                       f"{b['max_num_batched_tokens']}, max_num_seqs {b['max_num_seqs']}, "
                       + (f"{b['replicas']} replica(s), " if not b.get("prefill_replicas") else
                          f"{b['prefill_replicas']} prefill and {b['decode_replicas']} decode replicas, ")
-                      + f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, ${b['cost_per_million_output_tokens']:,.3f} "
-                      f"per million output tokens (${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
+                      + f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, "
+                      f"${b['cost_per_million_output_tokens']:,.3f} per million output tokens "
+                      f"(${b['usd_per_gpu_hour']:.2f} per GPU-hour: {b['price_source']})", ""]
         lines.append(table([_row(r) for r in [b, *out["runners_up"]]], headers=heads))
         lines += ["", "cost-latency Pareto front (of those found): " + "; ".join(
             f"{_name(r)} {r['weights']} x{_replicas(r)} ${r['cost_per_hour']:,.2f}/h" for r in out["pareto"])]

@@ -167,8 +167,9 @@ def _goodput(ctx, param, values) -> dict:
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
-          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
-          interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
+          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness,
+          concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed, interval_samples, goodput,
+          slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
@@ -330,12 +331,12 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
         gpus = (f"{x['gpus']} x {spec.name}" if x["prefill_gpu"] == x["decode_gpu"] else
                 f"{x['prefill_replicas'] * x['prefill_gpus_per_replica']} x {x['prefill_gpu']} and "
                 f"{x['decode_replicas'] * x['decode_gpus_per_replica']} x {x['decode_gpu']}")
-        out[0] = (f"{head['model']} on {gpus}: {x['prefill_replicas']} prefill and "
-                  f"{x['decode_replicas']} decode replicas ({d.describe()}"
-                  + (f"; decode tp {head['decode_tp']}" if head.get("decode_tp") else "") + f") [profile: {head['profile']}]")
+        decode_tp = f"; decode tp {head['decode_tp']}" if head.get("decode_tp") else ""
+        out[0] = (f"{head['model']} on {gpus}: {x['prefill_replicas']} prefill and {x['decode_replicas']} decode "
+                  f"replicas ({d.describe()}{decode_tp}) [profile: {head['profile']}]")
         out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "
-                   f"pulled in {x['mean_kv_pull_ms']:.3g} ms on average ({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB "
-                   f"per GPU at {x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
+                   f"pulled in {x['mean_kv_pull_ms']:.3g} ms on average "
+                   f"({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB per GPU at {x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
     rows = [("completed requests", f"{m['completed']:,}"), ("duration", f"{m['duration_s']:.2f} s"),
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),

@@ -373,6 +373,17 @@ def _plan(model, d: Deployment, names: tuple) -> _Plan:
     return _Plan(model, d, names)
 
 
+def _taken(i: int, doc: str) -> cached_property:
+    """A _Priced value per kernel and point, taken from the groups' stacked points (the
+    ``i``-th of ``stacked``) when first asked for."""
+
+    def taken(self) -> np.ndarray:
+        return self.stacked[i][self.order].reshape(self.latency_s.shape)
+
+    taken.__doc__ = doc
+    return cached_property(taken)
+
+
 @dataclass
 class _Priced:
     """Per point results of the kernels of one phase, as [kernel, point] arrays (the
@@ -391,35 +402,12 @@ class _Priced:
     def layout(self) -> _Layout:
         return self.plan.layouts[self.phase]
 
-    @cached_property
-    def flops(self) -> np.ndarray:
-        return self._taken(0)
-
-    @cached_property
-    def hbm_bytes(self) -> np.ndarray:
-        return self._taken(1)
-
-    @cached_property
-    def bound(self) -> np.ndarray:
-        return self._taken(2)
-
-    @cached_property
-    def host_s(self) -> np.ndarray:
-        """Eager launches: the host seconds of one call of each kernel (rooflinesim.eager)."""
-        return self._taken(3)
-
-    @cached_property
-    def launched(self) -> np.ndarray:
-        """Eager launches: the kernels one call launches, as its host time counts them."""
-        return self._taken(4)
-
-    @cached_property
-    def ran(self) -> np.ndarray:
-        """The kernels one call runs on the GPU (its work's)."""
-        return self._taken(5)
-
-    def _taken(self, i: int) -> np.ndarray:
-        return self.stacked[i][self.order].reshape(self.latency_s.shape)
+    flops = _taken(0, "per kernel and point: the FLOPs of a run")
+    hbm_bytes = _taken(1, "per kernel and point: the HBM bytes of a run")
+    bound = _taken(2, "per kernel and point: what bounds a run")
+    host_s = _taken(3, "eager launches: the host seconds of one call of each kernel (rooflinesim.eager)")
+    launched = _taken(4, "eager launches: the kernels one call launches, as its host time counts them")
+    ran = _taken(5, "the kernels one call runs on the GPU (its work's)")
 
     @cached_property
     def where(self) -> list:

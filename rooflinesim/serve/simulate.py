@@ -165,6 +165,25 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         d = replace(d, kernels="hf", hf_cache=None)
     elif engine != "hf" and d.kernels == "hf":
         raise UserError("transformers' kernels serve static batches: use --engine hf")
+    longest = int((reqs.input_tokens + reqs.output_tokens).max())
+    p, kv_tokens, steps = _replica(model, spec, profile, d, engine, longest,
+                                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                   block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+                                   kv_tokens=kv_tokens, step_overhead_s=step_overhead_s)
+
+    def once(scale):
+        return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
+                         progress)
+
+    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), [profile], engine, slo_ms,
+                           interval_samples, seed)
+
+
+def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
+             max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s) -> tuple:
+    """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
+    for the GPU where not given), its KV cache (the memory planner's at vLLM's limits
+    where not given), and its step tables up to ``max_context``."""
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
@@ -181,15 +200,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
-    longest = int((reqs.input_tokens + reqs.output_tokens).max())
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
-                       max_context=max(longest, 2))
-    def once(scale):
-        return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
-                         progress)
-
-    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), [profile], engine, slo_ms,
-                           interval_samples, seed)
+                       max_context=max(max_context, 2))
+    return p, kv_tokens, steps
 
 
 def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_ms, interval_samples: int,
@@ -250,23 +263,10 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     for count, dep, context, spec, profile in (
             (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile),
             (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile)):
-        base = engine_limits(engine, model, spec)
-        block_size = int(block_size or base["block_size"])
-        mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
-        kv = kv_tokens
-        if kv is None:
-            kv = kv_cache_tokens(model, spec, dep, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
-                                 max_num_batched_tokens=base["max_num_batched_tokens"],
-                                 max_num_seqs=base["max_num_seqs"])
-        if kv < block_size:
-            raise UserError(f"{model.name} leaves no room for a KV cache on {dep.gpus} x {spec.name} "
-                            f"(see rooflinesim fit)")
-        seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv)["max_num_seqs"])
-        p = EngineParams(engine, mnbt, seqs, block_size, kv // block_size,
-                         ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
-                         base["max_prefill_tokens"])
-        steps = step_times(model, spec, profile, dep, max_tokens=max(mnbt, seqs), max_seqs=seqs,
-                           max_context=max(context, 2))
+        p, kv, steps = _replica(model, spec, profile, dep, engine, context,
+                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+                                kv_tokens=kv_tokens, step_overhead_s=step_overhead_s)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
