@@ -18,7 +18,10 @@ the whole one serve reports, that interval widened by the serving residual (see
 rooflinesim/serve/residual.py) as measured on the other sources only: each source (a
 repository and engine) is held out in turn, so that no point is covered by a spread it
 helped to measure. --points lists every point; --write-residuals stores every point's log
-errors in rooflinesim/data/serving_residuals.yaml, the residual serve ships.
+errors in rooflinesim/data/serving_residuals.yaml, the residual serve ships. Points of a
+disaggregated pair (``pd``: prefill and decode replicas in one machine, the KV over its
+NVLink) are reported in a table of their own, their interval widened by every colocated
+source's spread, and left out of the residual.
 """
 
 from __future__ import annotations
@@ -68,12 +71,18 @@ def simulate(point: dict, samples: int):
     else:
         inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
         outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
-        reqs = Requests(arrivals(n, rate, 1.0, rng), inputs, outputs)
+        reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
     d = Deployment(tp=int(point["tp"]), weights=point["weights"])
     logged = point.get("logged") or {}
+    pair = {}
+    if point.get("pd"):  # (a disaggregated pair in one machine: the KV moves over NVLink)
+        from rooflinesim.serve.disaggregated import Link
+
+        pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
+                    kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
     return serve(load_config(MODELS[point["model"]]), spec, resolve_profile(spec, None), d, reqs,
                  engine=point["engine"], interval_samples=samples, seed=SEED,
-                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"))
+                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"), **pair)
 
 
 def planned_kv_tokens(point: dict) -> int:
@@ -125,7 +134,7 @@ def main() -> None:
     ap.add_argument("--write-residuals", action="store_true")
     args = ap.parse_args()
     points = yaml.safe_load(DATA.read_text())["points"]
-    skipped, rows, memory = defaultdict(int), [], []
+    skipped, rows, memory, pairs = defaultdict(int), [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
             skipped["vLLM 0.6: its V0 scheduler with multi-step scheduling, not the one serve runs"] += 1
@@ -141,9 +150,9 @@ def main() -> None:
             if key not in r.metrics:
                 continue
             ours = r.metrics[key]
-            rows.append({"point": p["id"], "source": source_of(p), "metric": key, "published": value,
-                         "simulated": ours, "log_error": math.log(value / ours),
-                         "kernel": (r.interval_kernel or {}).get(key, (ours, ours))})
+            (pairs if p.get("pd") else rows).append({
+                "point": p["id"], "source": source_of(p), "metric": key, "published": value, "simulated": ours,
+                "log_error": math.log(value / ours), "kernel": (r.interval_kernel or {}).get(key, (ours, ours))})
     # each source held out in turn: its intervals widened by the spread of the others' errors
     for src in sorted({r["source"] for r in rows}):
         sigmas = sigmas_of([r for r in rows if r["source"] != src])
@@ -176,6 +185,16 @@ def main() -> None:
         print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine vllm`):")
         for pid, engine, logged, ours in memory:
             print(f"  {pid} ({engine}): logged {logged:,}, planned {ours:,} ({100 * (ours / logged - 1):+.1f}%)")
+    if pairs:  # (disaggregated pairs: apart, their interval widened by every colocated source's spread)
+        print("\nDisaggregated pairs (not in the table above nor in the serving residual):")
+        print("| point | metric | published | simulated | error | kernel interval | interval |")
+        print("|---|---|---|---|---|---|---|")
+        sigmas = sigmas_of(rows)
+        for r in pairs:
+            (klo, khi) = r["kernel"]
+            lo, hi = widen({r["metric"]: r["simulated"]}, {r["metric"]: list(r["kernel"])}, sigmas)[r["metric"]]
+            print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
+                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | [{lo:.4g}, {hi:.4g}] |")
     print("\nskipped: " + ", ".join(f"{v} ({k})" for k, v in skipped.items()))
     if args.write_residuals:
         print(f"wrote {write_residuals(rows, len({r['point'] for r in rows}))}")

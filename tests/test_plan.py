@@ -326,6 +326,6 @@ def test_the_pools_bounds_hold_against_a_saturated_pair():
         assert r.metrics["request_throughput"] <= min(lim["pool_ceilings"]) * (1 + 1e-9), lim
 
 
-def test_pd_plans_need_vllm():
+def test_pd_plans_need_an_engine_with_a_disaggregation_model():
     with pytest.raises(UserError, match="--pd"):
-        _plan(engine="sglang", pd=True)
+        _plan(engine="trtllm", pd=True)

@@ -1,5 +1,5 @@
-"""`serve --pd`: a prefill pool and a decode pool, each prompt's KV pulled by its decode
-replica (vLLM v1 with its NixlConnector)."""
+"""`serve --pd`: a prefill pool and a decode pool, each prompt's KV moved to its decode
+replica (vLLM v1 with its NixlConnector, and SGLang's disaggregation)."""
 
 import json
 
@@ -126,7 +126,7 @@ def test_cli_json_and_text():
     (["--pd", "0:1"], "PREFILL:DECODE"),
     (["--pd", "2"], "PREFILL:DECODE"),
     (["--pd", "a:b"], "PREFILL:DECODE"),
-    (["--pd", "1:1", "--engine", "sglang"], "vllm"),
+    (["--pd", "1:1", "--engine", "trtllm"], "vllm"),
     (["--pd", "1:1", "--concurrency", "4"], "closed loop"),
     (["--pd", "1:1", "--dp", "2"], "--dp"),
     (["--pd", "1:1", "--pp", "2"], "pipeline"),
@@ -150,22 +150,51 @@ def test_the_library_refuses_what_it_does_not_model():
         serve(LLAMA, H200, FITTED, Deployment(), reqs, decode_tp=2)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
        budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
-       kv=st.sampled_from([4000, 50_000, 10**6]), pd=st.sampled_from([(1, 1), (2, 1), (1, 3)]))
-def test_every_request_is_served_by_the_pair_whatever_the_workload(reqs, budget, seqs, kv, pd):
+       kv=st.sampled_from([4000, 50_000, 10**6]), pd=st.sampled_from([(1, 1), (2, 1), (1, 3)]),
+       engine=st.sampled_from(["vllm", "sglang"]))
+def test_every_request_is_served_by_the_pair_whatever_the_workload(reqs, budget, seqs, kv, pd, engine):
     from rooflinesim.serve.traffic import Requests
 
     t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
     kv = max(kv, int(((i + o + 15) // 16).max()) * 16)
     r = _pd(Requests(t - t[0], i, o), pd=pd, max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs,
-            kv_tokens=kv)
+            kv_tokens=kv, engine=engine)
     s, x = r.served, r.disaggregated
     assert r.metrics["completed"] == len(reqs) and np.all(np.isfinite(s.finish_s))
     # the first token after the prefill and the pull; every later token leaves a gap
     assert np.all(s.first_token_s >= s.scheduled_s) and np.all(s.finish_s >= s.first_token_s)
     assert x["prefill_replicas"] == pd[0] and x["decode_replicas"] == pd[1]
     assert s.itl_s.size == int((o - 1).sum()) and np.all(s.itl_s > 0)
-    assert int(s.steps["sequences"].max()) <= seqs
-    assert int(s.steps["tokens"].max()) <= max(budget, seqs)
+    if s.steps["sequences"].size:  # (under SGLang, one-token outputs take no decode step)
+        assert int(s.steps["sequences"].max()) <= seqs
+        assert int(s.steps["tokens"].max()) <= max(budget, seqs)
+
+
+def test_sglang_a_lone_request_takes_its_prefill_and_the_last_chunks_move():
+    # SGLang's prefill server samples the first token and pushes each chunk's KV as it is
+    # computed; the decode server streams that token when the KV is in, with no step of its own
+    prompt = 3000
+    r = _pd(random_requests(1, prompt, 50), engine="sglang", step_overhead_s=0.0, max_num_batched_tokens=1024)
+    per_token = kv_bytes_per_token_per_gpu(LLAMA, Deployment())
+    from rooflinesim.serve.simulate import step_times
+
+    pre = step_times(LLAMA, H200, FITTED, Deployment(), max_tokens=4096, max_seqs=4096, max_context=prompt + 1)
+    chunks = [pre.step_s(0, 0.0, chunk_n=1, chunk_tokens=c, chunk_context=e, samplers=int(e == prompt))
+              for c, e in ((1024, 1024), (1024, 2048), (952, 3000))]
+    last = per_token * 952 / KV_LINK_BYTES_PER_S  # (the chunks before moved while the next were computed)
+    assert r.metrics["mean_ttft_ms"] == pytest.approx((sum(chunks) + last) * 1e3, rel=1e-6)
+    assert r.disaggregated["prefill_steps"] == 3 and r.disaggregated["decode_steps"] == 49
+
+
+def test_sglang_pairs_keep_the_decodes_alone_too():
+    reqs = random_requests(300, 2048, 200, rate=12.0, seed=2, range_ratio=0.5)
+    pd = _pd(reqs, engine="sglang")
+    colocated = serve(LLAMA, H200, FITTED, Deployment(dp=2), reqs, engine="sglang")
+    m = pd.metrics
+    assert m["completed"] == 300 and pd.served.itl_s.size == int((reqs.output_tokens - 1).sum())
+    assert m["p99_tpot_ms"] < colocated.metrics["p99_tpot_ms"]
+    assert int(pd.served.steps["tokens"].max()) <= int(pd.served.steps["sequences"].max())  # (decodes only)
+    assert m["output_throughput"] == pytest.approx(colocated.metrics["output_throughput"], rel=0.02)

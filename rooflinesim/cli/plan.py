@@ -31,7 +31,7 @@ MAX_RATE = 1e6
                    "stay in one node (links between nodes are not modelled); --engine vllm.")
 @click.option("--pd", "pd", is_flag=True,
               help="Also search prefill/decode disaggregated pairs (serve --pd): each replica count of a type "
-                   "split into prefill and decode replicas; --engine vllm.")
+                   "split into prefill and decode replicas; --engine vllm and sglang.")
 @click.option("--max-num-batched-tokens", "tokens_options", multiple=True, type=Size(max=MAX_LEN),
               help="Token budgets of a step to search (repeatable; default: the engine's default for the GPU, "
                    "2048 and 16384).")

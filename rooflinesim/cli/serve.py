@@ -114,9 +114,9 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--kv-cache-tokens", type=POS, default=None,
               help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
 @click.option("--pd", "pd", default=None, callback=_pd, metavar="PREFILL:DECODE",
-              help="Prefill/decode disaggregation (vLLM with its NixlConnector): PREFILL prefill replicas and "
-                   "DECODE decode replicas of the deployment behind a proxy, each prompt's KV pulled by its "
-                   "decode replica (e.g. 1:2).")
+              help="Prefill/decode disaggregation (vLLM with its NixlConnector, or SGLang's): PREFILL prefill "
+                   "replicas and DECODE decode replicas of the deployment behind a proxy, each prompt's KV moved "
+                   "to its decode replica (e.g. 1:2).")
 @click.option("--decode-tp", type=PAR, default=None,
               help="--pd: tensor-parallel GPUs of each decode replica (default: --tp).")
 @click.option("--decode-gpu", default=None,
@@ -335,7 +335,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
         out[0] = (f"{head['model']} on {gpus}: {x['prefill_replicas']} prefill and {x['decode_replicas']} decode "
                   f"replicas ({d.describe()}{decode_tp}) [profile: {head['profile']}]")
         out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "
-                   f"pulled in {x['mean_kv_pull_ms']:.3g} ms on average "
+                   f"moved in {x['mean_kv_pull_ms']:.3g} ms on average after its prefill "
                    f"({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB per GPU at {x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
     rows = [("completed requests", f"{m['completed']:,}"), ("duration", f"{m['duration_s']:.2f} s"),
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),

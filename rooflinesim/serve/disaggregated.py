@@ -1,7 +1,8 @@
-"""Prefill/decode disaggregation as vLLM v1 runs it with its NixlConnector: a prefill pool
-and a decode pool of replicas, a proxy in front.
+"""Prefill/decode disaggregation: a prefill pool and a decode pool of replicas, as vLLM v1
+runs it with its NixlConnector and as SGLang runs it (python/sglang/srt/disaggregation/).
 
-* The proxy picks a prefill and a decode replica for each request (round robin, as vLLM's
+vLLM:
+* A proxy picks a prefill and a decode replica for each request (round robin, as vLLM's
   toy proxy does, tests/v1/kv_connector/nixl_integration/toy_proxy_server.py) and sends
   the request to the prefill replica with ``max_tokens=1``: a prefill-only request, whose
   sampled token is dropped. When it is done, the proxy sends the request to the decode
@@ -12,17 +13,29 @@ and a decode pool of replicas, a proxy in front.
   one-sided read of all layers at once, overlapped with its own steps), then recomputes
   the last prompt token in a one-token step that samples the first output token
   (``engine._VllmV1Decode``).
-* A pull moves the prompt's KV bytes of one GPU (the larger of a prefill GPU's and a
-  decode GPU's share) over that GPU's link, each GPU pair at once: ``latency + bytes /
-  bandwidth``. The default link is one 400 Gb/s RDMA NIC per GPU as DGX H100/H200 nodes
-  have, at the 42 GB/s measured on one such NIC by Mooncake's transfer engine
-  (kvcache-ai/Mooncake issue 813), with no fixed latency; ``--kv-link-bandwidth`` and
-  ``--kv-link-latency`` set others (e.g. NVLink within a node).
 
-Simplifications, each small where the pools are not out of KV cache: a prefill replica
-frees a request's blocks when its prefill ends, where vLLM holds them until the decode
-replica's read is done (the proxy's hop, the decode queue and the pull: milliseconds to
-seconds); pulls of one GPU do not queue behind each other; the proxy's hop takes no time.
+SGLang:
+* The prefill server samples the first token and pushes each prefill chunk's KV as soon as
+  it is computed; what is left to move when its prefill ends is the last chunk's KV (or
+  more, where the link is slower than the chunks).
+* The decode server gives the request KV for its prompt when the prompt and 512 reserved
+  tokens fit beside 512 kept for each request it runs; once the KV is in, the request
+  joins its running batch at the next step, its first token streamed then
+  (``engine._SGLangDecode``).
+
+A move takes one GPU's share of the prompt's KV (the larger of a prefill GPU's and a
+decode GPU's) over that GPU's link, each GPU pair at once: ``latency + bytes /
+bandwidth``. The default link is one 400 Gb/s RDMA NIC per GPU as DGX H100/H200 nodes
+have, at the 42 GB/s measured on one such NIC by Mooncake's transfer engine
+(kvcache-ai/Mooncake issue 813), with no fixed latency; ``--kv-link-bandwidth`` and
+``--kv-link-latency`` set others (e.g. NVLink within a node).
+
+Simplifications, each small where the pools are not out of KV cache: the pools are
+simulated one after the other, so a prefill replica frees a request's blocks when its
+prefill ends (vLLM holds them until the decode replica's read is done, SGLang until its
+push is), and SGLang's decode server gives KV when the prefill is done (it does so before
+the prefill starts, which then waits for it); moves of one GPU do not queue behind each
+other; the proxy's hop takes no time.
 """
 
 from __future__ import annotations
@@ -65,7 +78,8 @@ class Link:
         return self.latency_s + np.asarray(nbytes, dtype=float) / self.bytes_per_s
 
 
-def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, scale=None) -> tuple[Served, dict]:
+def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, scale=None,
+        engine: str = "vllm") -> tuple[Served, dict]:
     """Serve ``reqs`` on the pair (see the module's notes): the client's view as one
     ``Served`` (its steps: the decode pool's), and what the pair did (``stats``).
     ``scale``: per-family factors applied to both pools' step tables (interval draws)."""
@@ -80,19 +94,26 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
     prefilled, scheduled, pre_steps_n, pre_preempt = np.empty(n), np.empty(n), 0, 0
     for r in range(min(prefill.replicas, n)):
         at = index[r::prefill.replicas]
-        s = simulate("vllm", Requests(reqs.arrival_s[at], prompt[at], np.ones(at.size, dtype=np.int64)),
+        s = simulate(engine, Requests(reqs.arrival_s[at], prompt[at], np.ones(at.size, dtype=np.int64)),
                      pre_steps, prefill.engine)
         prefilled[at], scheduled[at] = s.finish_s, s.scheduled_s
         pre_steps_n += len(s.steps["duration_s"])
         pre_preempt += s.preemptions
     # 2. each prompt's KV pulled by its decode replica, which then decodes
-    nbytes = np.maximum(prefill.kv_bytes_per_token, decode.kv_bytes_per_token) * prompt
+    per_token = np.maximum(prefill.kv_bytes_per_token, decode.kv_bytes_per_token)
+    nbytes = per_token * prompt
     pull = link.pull_s(nbytes)
+    if engine == "sglang":
+        # each chunk's KV pushed once computed: what is left at the prefill's end is the last
+        # chunk's, unless the link is slower than the chunks
+        chunk = prefill.engine.max_num_batched_tokens
+        last = link.pull_s(per_token * (prompt - chunk * ((prompt - 1) // chunk)))
+        pull = np.maximum(last, scheduled + pull - prefilled)
     first, finish, gaps, logs, dec_preempt = np.empty(n), np.empty(n), [], [], 0
     for r in range(min(decode.replicas, n)):
         at = index[r::decode.replicas]
         at = at[np.argsort(prefilled[at], kind="stable")]  # (in the order the proxy hands them on)
-        s = simulate("vllm", Requests(prefilled[at], prompt[at], output[at]), dec_steps, decode.engine,
+        s = simulate(engine, Requests(prefilled[at], prompt[at], output[at]), dec_steps, decode.engine,
                      progress=progress, pull_s=pull[at])
         first[at], finish[at] = s.first_token_s, s.finish_s
         gaps.append(s.itl_s)

@@ -91,13 +91,15 @@ def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: i
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
     a request is sent when it is due and one in flight has finished); ``progress(k)``, if
     given, hears of every k requests finished. ``pull_s``: the engine is the decode
-    instance of a disaggregated pair (vllm only), each request's prompt KV pulled from a
-    prefill instance in these seconds (``_VllmV1Decode``)."""
+    instance of a disaggregated pair (vllm, sglang), each request's prompt KV in from the
+    prefill instance these seconds after it is given KV there (``_VllmV1Decode``,
+    ``_SGLangDecode``)."""
     if pull_s is not None:
-        if engine != "vllm" or p.stages > 1:
-            raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm without pipeline "
-                            f"stages; {engine}{' with --pp' if engine == 'vllm' else ''}'s is not modelled yet")
-        sim = _VllmV1Decode(reqs, steps, p, concurrency, pull_s)
+        decode = {"vllm": _VllmV1Decode, "sglang": _SGLangDecode}.get(engine)
+        if decode is None or p.stages > 1:
+            raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm and sglang without "
+                            f"pipeline stages; {engine}{' with --pp' if decode else ''}'s is not modelled yet")
+        sim = decode(reqs, steps, p, concurrency, pull_s)
         sim.progress = progress
         return sim.run()
     sim = engine_class(engine, p.stages)(reqs, steps, p, concurrency)
@@ -620,8 +622,10 @@ class _SGLang(_Sim):
         done = 0
         while done < n:
             self.send_due(waiting)
+            used, finished = self._prebuilt(running, tokens, computed, gen, used, capacity)
+            done += finished
             if not waiting and not running and chunked is None:
-                self.now = self.due()
+                self.now = self._idle_until()
                 ratio = SGLANG_RATIO_INIT
                 continue
             # 1. a prefill batch, if one can be formed
@@ -705,6 +709,15 @@ class _SGLang(_Sim):
                 running[:] = ids[gen[ids] < self.output[ids]].tolist()
         return self.served()
 
+    def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
+        """Requests whose prompt KV a prefill server sent join the running batch (a hook:
+        none here); (the KV tokens held, how many of them finished)."""
+        return used, 0
+
+    def _idle_until(self) -> float:
+        """With nothing to run: when something may be (the next request sent)."""
+        return self.due()
+
     def _sample(self, i: int, tokens, gen) -> bool:
         """Request ``i`` samples a token now; whether that was its last (it is done)."""
         gen[i] += 1
@@ -738,6 +751,60 @@ class _SGLang(_Sim):
         ratio = min(1.0, (sum(int(gen[i]) for i in running) + SGLANG_RETRACT_STEPS * len(running)) / wanted) \
             if wanted else SGLANG_RATIO_INIT
         return used, ratio
+
+
+SGLANG_DECODE_RESERVED_TOKENS = 512  # num_reserved_decode_tokens: KV kept per decoding request for its growth
+
+
+class _SGLangDecode(_SGLang):
+    """SGLang as the decode server of a disaggregated pair (python/sglang/srt/disaggregation/
+    decode.py): a request's prompt KV is computed, and its first token sampled, by a prefill
+    server. In order of arrival, a request is given KV for its prompt once the prompt and
+    ``num_reserved_decode_tokens`` fit in the free KV beside that many tokens kept for each
+    running request (the first that does not fit holds back the rest; an idle server takes
+    it); once its KV is in (``pull_s`` later) it joins the running batch at the next step
+    without a forward pass, its first token streamed then, and decodes. A request retracted
+    for KV recomputes here, as in a colocated server."""
+
+    def __init__(self, reqs: Requests, steps, p: EngineParams, concurrency: int | None, pull_s):
+        super().__init__(reqs, steps, p, concurrency)
+        self.pull_s = np.broadcast_to(np.asarray(pull_s, dtype=float), (len(reqs),))
+        self.prealloc: deque = deque()  # arrived, waiting for KV
+        self.pulling: list = []  # (when its KV is in, request), in order of allocation
+
+    def send_due(self, queue) -> None:
+        super().send_due(self.prealloc)  # (every arrival comes from the prefill server)
+
+    def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
+        reserve = SGLANG_DECODE_RESERVED_TOKENS
+        while self.prealloc:  # (the KV given counts as held from here)
+            i = self.prealloc[0]
+            free, need = capacity - used, int(tokens[i])
+            active = len(running) + len(self.pulling)
+            if need > free or (active and need + reserve > free - reserve * active):
+                break
+            self.prealloc.popleft()
+            used += need
+            self.pulling.append((self.now + float(self.pull_s[i]), i))
+            self.scheduled[i] = self.now
+        finished, later = 0, []
+        for at, i in self.pulling:
+            if at > self.now or len(running) >= self.p.max_num_seqs:
+                later.append((at, i))
+                continue
+            computed[i] = tokens[i]
+            if self._sample(i, tokens, gen):  # (its first token, sent with its KV)
+                used -= int(computed[i])
+                computed[i] = 0
+                finished += 1
+            else:
+                running.append(i)
+        self.pulling = later
+        return used, finished
+
+    def _idle_until(self) -> float:
+        pulled = min((at for at, _ in self.pulling), default=math.inf)
+        return min(max(pulled, self.now), self.due())
 
 
 class _TrtLlm(_Sim):

@@ -383,8 +383,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
-    if pd and (engine != "vllm" or max(pp or (1,)) > 1):
-        raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm without pipeline stages")
+    if pd and (engine not in ("vllm", "sglang") or max(pp or (1,)) > 1):
+        raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm and sglang without pipeline stages")
     missing = [g for g in gpus if g not in prices]
     if missing:
         raise UserError(f"no price for {', '.join(missing)}: give --prices FILE with them, or leave them out")

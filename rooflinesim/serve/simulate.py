@@ -244,9 +244,9 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     from ..models.deploy import kv_bytes_per_token_per_gpu
     from . import disaggregated
 
-    if engine != "vllm":
-        raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm (its NixlConnector); "
-                        f"{engine}'s is not modelled yet")
+    if engine not in ("vllm", "sglang"):
+        raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm (its NixlConnector) and "
+                        f"sglang; {engine}'s is not modelled yet")
     if d.pp > 1 or d.dp > 1:
         raise UserError("with --pd the replicas are the prefill and decode pools' (leave --dp at 1); "
                         "pipeline stages (--pp) are not simulated in a disaggregated pair yet")
@@ -273,7 +273,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     stats = {}
 
     def once(scale):
-        served, found = disaggregated.run(reqs, prefill, decode, link, progress, scale)
+        served, found = disaggregated.run(reqs, prefill, decode, link, progress, scale, engine)
         if scale is None:
             stats.update(found)
         return served
