@@ -194,7 +194,8 @@ def main() -> None:
             (klo, khi) = r["kernel"]
             lo, hi = widen({r["metric"]: r["simulated"]}, {r["metric"]: list(r["kernel"])}, sigmas)[r["metric"]]
             print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
-                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | [{lo:.4g}, {hi:.4g}] |")
+                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | "
+                  f"[{lo:.4g}, {hi:.4g}] |")
     print("\nskipped: " + ", ".join(f"{v} ({k})" for k, v in skipped.items()))
     if args.write_residuals:
         print(f"wrote {write_residuals(rows, len({r['point'] for r in rows}))}")

@@ -198,3 +198,13 @@ def test_sglang_pairs_keep_the_decodes_alone_too():
     assert m["p99_tpot_ms"] < colocated.metrics["p99_tpot_ms"]
     assert int(pd.served.steps["tokens"].max()) <= int(pd.served.steps["sequences"].max())  # (decodes only)
     assert m["output_throughput"] == pytest.approx(colocated.metrics["output_throughput"], rel=0.02)
+
+
+def test_the_highest_rate_a_pair_sustains_under_slos():
+    from rooflinesim.serve.simulate import max_rate
+
+    slos = {"p99_ttft_ms": 500.0, "p99_tpot_ms": 8.0}
+    rate, r, tried = max_rate(LLAMA, H200, FITTED, Deployment(),
+                              lambda x: random_requests(80, 2000, 100, rate=x, seed=1), slos, iterations=6, pd=(1, 1))
+    assert 0 < rate < float("inf") and all(r.metrics[k] <= v for k, v in slos.items())
+    assert r.disaggregated["decode_replicas"] == 1 and len(tried) == 7

@@ -269,7 +269,11 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     if plot is not None:
         from ..charts import serve_figure, write_html
 
-        write_html(serve_figure(r, f"{cfg.name} on {d.gpus} x {spec.name}, {engine}"), plot)
+        x = r.disaggregated
+        where = (f"{d.gpus} x {spec.name}" if not x else
+                 f"{x['prefill_replicas']} prefill + {x['decode_replicas']} decode replicas "
+                 f"({x['gpus']} GPUs; the decode replicas' steps)")
+        write_html(serve_figure(r, f"{cfg.name} on {where}, {engine}"), plot)
     extra = {}
     if slos:
         extra["slo"] = slo_report(r.metrics, slos, r.draws, r.serving_sigmas)
