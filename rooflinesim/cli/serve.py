@@ -340,7 +340,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                   f"replicas ({d.describe()}{decode_tp}) [profile: {head['profile']}]")
         out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "
                    f"moved in {x['mean_kv_pull_ms']:.3g} ms on average after its prefill "
-                   f"({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB per GPU at {x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
+                   f"({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB per GPU at "
+                   f"{x['kv_link_bytes_per_s'] / 1e9:g} GB/s)")
     rows = [("completed requests", f"{m['completed']:,}"), ("duration", f"{m['duration_s']:.2f} s"),
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
