@@ -89,6 +89,26 @@ def test_a_small_decode_cache_queues_and_preempts_and_still_serves_everyone():
     assert r.served.steps["kv_blocks_used"].max() <= 20_000 // 16
 
 
+def test_blocks_given_to_pulls_stay_held_as_requests_finish(monkeypatch):
+    # a decode replica's free blocks, at every schedule, are its capacity less the running
+    # requests' blocks and those of the requests still pulling their KV
+    from rooflinesim.serve import engine
+
+    seen = []
+    schedule = engine._VllmV1Decode._schedule
+
+    def checked(self, run, want, waiting, tokens, gen, free):
+        pulling = self.remote & ~np.isnan(self.pulled)
+        assert free == self.p.kv_blocks - int(run.held.sum()) - int(self.pull_blocks[pulling].sum())
+        seen.append(int(pulling.sum()))
+        return schedule(self, run, want, waiting, tokens, gen, free)
+
+    monkeypatch.setattr(engine._VllmV1Decode, "_schedule", checked)
+    r = _pd(random_requests(150, 1500, 100, rate=60.0, seed=9, range_ratio=0.5), kv_tokens=30_000,
+            kv_link=Link(KV_LINK_BYTES_PER_S / 20))
+    assert r.metrics["completed"] == 150 and max(seen) >= 2  # (pulls in flight across finishes)
+
+
 def test_the_same_seed_gives_the_same_answer_and_intervals_hold_it():
     reqs = random_requests(100, 1024, 64, rate=10.0, seed=7)
     a = _pd(reqs, interval_samples=4, seed=3)

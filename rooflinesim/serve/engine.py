@@ -219,6 +219,7 @@ class _Running:
 
 class _VllmV1(_Sim):
     stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
+    aside = 0  # KV blocks held by requests that are not running (a decode instance's pulls)
 
     def run(self) -> Served:
         p = self.p
@@ -238,7 +239,7 @@ class _VllmV1(_Sim):
             want = run.tokens - run.computed
             if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
                 done += self._finish(run, tokens, gen)
-                free = p.kv_blocks - int(_sum(run.held))
+                free = p.kv_blocks - int(_sum(run.held)) - self.aside
                 continue
             want, give, free = self._schedule(run, want, waiting, tokens, gen, free)
             if not _count(give):  # (nothing fits: only a finishing request can free room)
@@ -259,7 +260,7 @@ class _VllmV1(_Sim):
             finished = self._sampled(run, samples, tokens, gen)
             if finished:
                 done += finished
-                free = p.kv_blocks - int(_sum(run.held))
+                free = p.kv_blocks - int(_sum(run.held)) - self.aside
         return self.served()
 
     def _schedule(self, run: _Running, want, waiting, tokens, gen, free):
@@ -459,6 +460,7 @@ class _VllmV1Decode(_VllmV1):
                 if b > free:
                     break
                 free -= b
+                self.aside += b
                 self.pull_blocks[i] = b
                 self.pulled[i] = self.now + self.pull_s[i]
                 if np.isnan(self.scheduled[i]):
@@ -468,6 +470,7 @@ class _VllmV1Decode(_VllmV1):
                 continue
             waiting.popleft()
             self.remote[i] = False
+            self.aside -= int(self.pull_blocks[i])  # (its blocks now held as a running request's)
             rows.append((i, int(tokens[i]), int(tokens[i]) - 1, int(self.pull_blocks[i]), int(gen[i]),
                          int(self.output[i]), self.last_token[i]))
             gives.append(1)
