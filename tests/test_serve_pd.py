@@ -14,11 +14,12 @@ from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment, kv_bytes_per_token_per_gpu
-from rooflinesim.serve.disaggregated import KV_LINK_BYTES_PER_S, Link
+from rooflinesim.serve.disaggregated import KV_LINKS, Link
 from rooflinesim.serve.simulate import serve
 from rooflinesim.serve.traffic import random_requests
 
 H200 = load_spec("h200")
+VLLM_LINK, SGLANG_LINK = KV_LINKS["vllm"][0], KV_LINKS["sglang"][0]
 FITTED = resolve_profile(H200, None)
 LLAMA = load_config("llama-3.1-8b")
 
@@ -33,7 +34,7 @@ def test_a_lone_request_takes_its_prefill_its_pull_and_one_decode_step():
     prompt = 3000
     r = _pd(random_requests(1, prompt, 50), step_overhead_s=0.0)
     steps = r.served.steps
-    pull = kv_bytes_per_token_per_gpu(LLAMA, Deployment()) * prompt / KV_LINK_BYTES_PER_S
+    pull = kv_bytes_per_token_per_gpu(LLAMA, Deployment()) * prompt / VLLM_LINK
     assert r.disaggregated["mean_kv_pull_ms"] == pytest.approx(pull * 1e3, rel=1e-9)
     from rooflinesim.serve.simulate import step_times
 
@@ -66,7 +67,7 @@ def test_every_request_is_served_and_the_decode_side_has_no_prefill_stalls():
 def test_a_slower_link_delays_the_first_token_by_the_pulls():
     reqs = random_requests(40, 2048, 20, rate=0.5, seed=4)
     fast = _pd(reqs, step_overhead_s=0.0)
-    slow = _pd(reqs, step_overhead_s=0.0, kv_link=Link(KV_LINK_BYTES_PER_S / 10, 0.002))
+    slow = _pd(reqs, step_overhead_s=0.0, kv_link=Link(VLLM_LINK / 10, 0.002))
     extra = slow.disaggregated["mean_kv_pull_ms"] - fast.disaggregated["mean_kv_pull_ms"]
     assert extra == pytest.approx(9 * fast.disaggregated["mean_kv_pull_ms"] + 2.0, rel=1e-9)
     # at this rate a request meets an idle decode replica: its TTFT grows by its pull's growth
@@ -105,7 +106,7 @@ def test_blocks_given_to_pulls_stay_held_as_requests_finish(monkeypatch):
 
     monkeypatch.setattr(engine._VllmV1Decode, "_schedule", checked)
     r = _pd(random_requests(150, 1500, 100, rate=60.0, seed=9, range_ratio=0.5), kv_tokens=30_000,
-            kv_link=Link(KV_LINK_BYTES_PER_S / 20))
+            kv_link=Link(VLLM_LINK / 20))
     assert r.metrics["completed"] == 150 and max(seen) >= 2  # (pulls in flight across finishes)
 
 
@@ -137,7 +138,7 @@ def test_cli_json_and_text():
     out = json.loads(CliRunner().invoke(cli, [*args, "--json", "--interval-samples", "0"]).output)
     x = out["disaggregated"]
     assert (x["prefill_replicas"], x["decode_replicas"], x["gpus"]) == (1, 2, 3)
-    assert out["kv_link_source"].startswith("one 400 Gb/s") and out["completed"] == 40
+    assert out["kv_link_source"].startswith("vLLM's NixlConnector") and out["completed"] == 40
     text = CliRunner().invoke(cli, [*args, "--kv-link-bandwidth", "400GB/s", "--interval-samples", "0"])
     assert text.exit_code == 0 and "1 prefill and 2 decode replicas" in text.output and "400 GB/s" in text.output
 
@@ -204,7 +205,7 @@ def test_sglang_a_lone_request_takes_its_prefill_and_the_last_chunks_move():
     pre = step_times(LLAMA, H200, FITTED, Deployment(), max_tokens=4096, max_seqs=4096, max_context=prompt + 1)
     chunks = [pre.step_s(0, 0.0, chunk_n=1, chunk_tokens=c, chunk_context=e, samplers=int(e == prompt))
               for c, e in ((1024, 1024), (1024, 2048), (952, 3000))]
-    last = per_token * 952 / KV_LINK_BYTES_PER_S  # (the chunks before moved while the next were computed)
+    last = per_token * 952 / SGLANG_LINK  # (the chunks before moved while the next were computed)
     assert r.metrics["mean_ttft_ms"] == pytest.approx((sum(chunks) + last) * 1e3, rel=1e-6)
     assert r.disaggregated["prefill_steps"] == 3 and r.disaggregated["decode_steps"] == 49
 

@@ -122,8 +122,9 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--decode-gpu", default=None,
               help="--pd: the decode replicas' GPU (default: --gpu), priced with its own default profile.")
 @click.option("--kv-link-bandwidth", default=None,
-              help="--pd: bandwidth of the KV pull per GPU, e.g. 42GB/s (default: one 400 Gb/s NIC per GPU at "
-                   "the 42 GB/s measured on one; its source in the JSON).")
+              help="--pd: bandwidth of the KV move per GPU, e.g. 42GB/s (default: the engine's connector as "
+                   "measured in use: 4.3 GB/s vLLM's NixlConnector, 42 GB/s SGLang's Mooncake; the source in the "
+                   "JSON).")
 @click.option("--kv-link-latency", default=None, help="--pd: fixed time of each KV pull, e.g. 2ms (default: 0).")
 @click.option("--step-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Host seconds per engine step beyond the GPU's (default: the engine's, with its source "
@@ -236,9 +237,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         d_spec = load_gpu(decode_gpu, spec_files, fast=True)
         decoder = (d_spec, load_profile(d_spec, None, fast=True))
     if pd is not None:
-        from ..serve.disaggregated import KV_LINK_BYTES_PER_S, Link
+        from ..serve.disaggregated import KV_LINKS, Link
 
-        link = Link(KV_LINK_BYTES_PER_S if kv_link_bandwidth is None else
+        link = Link(KV_LINKS.get(engine, (1.0,))[0] if kv_link_bandwidth is None else
                     parse_size(kv_link_bandwidth, "--kv-link-bandwidth", "bytes_per_s", whole=False, max=1e15),
                     0.0 if kv_link_latency is None else
                     parse_size(kv_link_latency, "--kv-link-latency", "seconds", whole=False, max=1e3, min_open=False))
@@ -261,9 +262,10 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
     if pd is not None:
-        from ..serve.disaggregated import KV_LINK_SOURCE
+        from ..serve.disaggregated import KV_LINKS
 
-        head.update(decode_tp=decode_tp, kv_link_source=KV_LINK_SOURCE if kv_link_bandwidth is None else "given")
+        head.update(decode_tp=decode_tp, kv_link_source="given" if kv_link_bandwidth is not None else
+                    KV_LINKS.get(engine, (None, None))[1])
     if interval_samples:
         head["samples"] = interval_samples
     if plot is not None:

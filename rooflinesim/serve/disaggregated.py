@@ -25,9 +25,11 @@ SGLang:
 
 A move takes one GPU's share of the prompt's KV (the larger of a prefill GPU's and a
 decode GPU's) over that GPU's link, each GPU pair at once: ``latency + bytes /
-bandwidth``. The default link is one 400 Gb/s RDMA NIC per GPU as DGX H100/H200 nodes
-have, at the 42 GB/s measured on one such NIC by Mooncake's transfer engine
-(kvcache-ai/Mooncake issue 813), with no fixed latency; ``--kv-link-bandwidth`` and
+bandwidth``. The default is each engine's connector as measured in use (``KV_LINKS``):
+vLLM's NixlConnector moved 167 MB in 38.7 ms (4.3 GB/s: posting its many small block
+descriptors, not the fabric, set the pace; vllm-project/vllm issue 50913), SGLang's
+default backend, Mooncake's transfer engine, 42 GB/s on one 400 Gb/s NIC
+(kvcache-ai/Mooncake issue 813); no fixed latency. ``--kv-link-bandwidth`` and
 ``--kv-link-latency`` set others (e.g. NVLink within a node).
 
 Simplifications, each small where the pools are not out of KV cache: the pools are
@@ -49,9 +51,20 @@ from .engine import EngineParams, simulate
 from .metrics import Served
 from .traffic import Requests
 
-KV_LINK_BYTES_PER_S = 42e9  # per GPU: one 400 Gb/s NIC (kvcache-ai/Mooncake issue 813: 42 GB/s measured)
-KV_LINK_SOURCE = ("one 400 Gb/s RDMA NIC per GPU (DGX H100/H200), at the 42 GB/s Mooncake's transfer engine "
-                  "measured on one (kvcache-ai/Mooncake issue 813); no fixed latency per pull")
+# The default move of each engine's connector, per GPU, as measured in use (``--kv-link-*`` set others)
+KV_LINKS = {
+    "vllm": (4.32e9, "vLLM's NixlConnector as measured in use: 167 MB per transfer in 38.7 ms, 4,319 MB/s "
+                     "(1,785 descriptors a transfer, 64-token blocks; vllm-project/vllm issue 50913), where "
+                     "posting the descriptors, not the fabric, sets the pace"),
+    "sglang": (42e9, "SGLang's default transfer backend, Mooncake's transfer engine, at the 42 GB/s it measured "
+                     "on one 400 Gb/s NIC (kvcache-ai/Mooncake issue 813), one such NIC per GPU as DGX "
+                     "H100/H200 nodes have"),
+}
+
+
+def default_link(engine: str) -> "Link":
+    """The engine's connector's move as measured in use (``KV_LINKS``), with no fixed latency."""
+    return Link(KV_LINKS[engine][0])
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     prefill_n, decode_n = (int(x) for x in pd)
     if prefill_n < 1 or decode_n < 1:
         raise UserError(f"--pd needs at least one prefill and one decode replica (got {prefill_n}:{decode_n})")
-    link = kv_link or disaggregated.Link(disaggregated.KV_LINK_BYTES_PER_S)
+    link = kv_link or disaggregated.default_link(engine)
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
