@@ -54,10 +54,15 @@ def launches(op, spec, profile):
     terms prices it (a split's combine or reduction kernel included), else its work's."""
     from .rules import terms_for
 
-    terms = terms_for(op, spec, profile)  # (None for an op its rule prices by regime)
+    return launched(terms_for(op, spec, profile), op.work())  # (no terms: an op its rule prices by regime)
+
+
+def launched(terms, work):
+    """``launches`` from the op's rule terms (None: it has none) and its ``work``."""
+    runs = np.asarray(work.kernels, dtype=float)
     if terms is not None and terms.kernels is not None:
-        return np.asarray(terms.kernels, dtype=float) * np.ones(np.shape(_kernels(op)))
-    return _kernels(op)
+        return np.asarray(terms.kernels, dtype=float) * np.ones(np.shape(runs))
+    return runs
 
 
 def host_s(op, spec, profile, kernels=None):

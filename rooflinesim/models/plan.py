@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..eager import host_s
+from ..eager import host_s, launched
 from ..ops.collectives import Collective
 from ..pricing import PricedCollectives, price_terms
 from ..rules import PER_POINT, in_sequence, terms_for
@@ -480,15 +480,14 @@ def _host_side(ops: list, terms: list, sizes: list, spec, profile) -> tuple:
     """Over the groups' stacked points: the host seconds of one call of each kernel, the
     kernels it launches as the host counts them (a split's reduction included), and the
     kernels its work runs (rooflinesim.eager's ``host_s`` and ``launches``)."""
-    host, launched, ran = [], [], []
+    host, calls, ran = [], [], []
     for op, t, n in zip(ops, terms, sizes):
         work = op.work() if t is None else t.work
-        runs = np.broadcast_to(np.asarray(work.kernels, dtype=float), (n,))
-        calls = runs if t is None or t.kernels is None else np.broadcast_to(np.asarray(t.kernels, dtype=float), (n,))
-        host.append(np.broadcast_to(host_s(op, spec, profile, calls), (n,)))
-        launched.append(calls)
-        ran.append(runs)
-    return tuple(np.concatenate(x) if x else np.zeros(0) for x in (host, launched, ran))
+        k = np.broadcast_to(launched(t, work), (n,))
+        host.append(np.broadcast_to(host_s(op, spec, profile, k), (n,)))
+        calls.append(k)
+        ran.append(np.broadcast_to(np.asarray(work.kernels, dtype=float), (n,)))
+    return tuple(np.concatenate(x) if x else np.zeros(0) for x in (host, calls, ran))
 
 
 def _slice_timing(t: Timing, rows: slice) -> Timing:
