@@ -237,9 +237,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         d_spec = load_gpu(decode_gpu, spec_files, fast=True)
         decoder = (d_spec, load_profile(d_spec, None, fast=True))
     if pd is not None:
-        from ..serve.disaggregated import KV_LINKS, Link
+        from ..serve.disaggregated import Link
 
-        link = Link(KV_LINKS.get(engine, (1.0,))[0] if kv_link_bandwidth is None else
+        link = Link(None if kv_link_bandwidth is None else  # (None: the engine's connector as measured)
                     parse_size(kv_link_bandwidth, "--kv-link-bandwidth", "bytes_per_s", whole=False, max=1e15),
                     0.0 if kv_link_latency is None else
                     parse_size(kv_link_latency, "--kv-link-latency", "seconds", whole=False, max=1e3, min_open=False))
@@ -262,10 +262,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             **source, "max_concurrency": concurrency}
     if pd is not None:
-        from ..serve.disaggregated import KV_LINKS
-
-        head.update(decode_tp=decode_tp, kv_link_source="given" if kv_link_bandwidth is not None else
-                    KV_LINKS.get(engine, (None, None))[1])
+        head.update(decode_tp=decode_tp, kv_link_source=r.disaggregated["kv_link_source"])
     if interval_samples:
         head["samples"] = interval_samples
     if plot is not None:

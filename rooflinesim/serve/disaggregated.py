@@ -62,11 +62,6 @@ KV_LINKS = {
 }
 
 
-def default_link(engine: str) -> "Link":
-    """The engine's connector's move as measured in use (``KV_LINKS``), with no fixed latency."""
-    return Link(KV_LINKS[engine][0])
-
-
 @dataclass(frozen=True)
 class Pool:
     """One side of the pair: its replicas' count, each replica's scheduler limits and KV
@@ -84,8 +79,18 @@ class Pool:
 
 @dataclass(frozen=True)
 class Link:
-    bytes_per_s: float
+    """A GPU's move of KV to the other pool. ``bytes_per_s`` None: the engine's connector
+    as measured in use (``KV_LINKS``, ``for_engine``)."""
+
+    bytes_per_s: float | None = None
     latency_s: float = 0.0
+
+    def for_engine(self, engine: str) -> tuple["Link", str]:
+        """This link with the engine's default bandwidth where it names none, and its source."""
+        if self.bytes_per_s is not None:
+            return self, "given"
+        rate, source = KV_LINKS[engine]
+        return Link(rate, self.latency_s), source
 
     def pull_s(self, nbytes):
         return self.latency_s + np.asarray(nbytes, dtype=float) / self.bytes_per_s

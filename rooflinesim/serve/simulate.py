@@ -150,7 +150,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
     the decode replicas at ``decode_tp`` (default: d's) on ``decode_gpu`` ((spec, profile);
-    default: the prefill replicas' GPU), the KV pulled over ``kv_link``."""
+    default: the prefill replicas' GPU), the KV moved over ``kv_link`` (default, and where
+    it names no bandwidth: the engine's connector as measured in use)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     if pd is not None:
@@ -256,7 +257,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     prefill_n, decode_n = (int(x) for x in pd)
     if prefill_n < 1 or decode_n < 1:
         raise UserError(f"--pd needs at least one prefill and one decode replica (got {prefill_n}:{decode_n})")
-    link = kv_link or disaggregated.default_link(engine)
+    link, link_source = (kv_link or disaggregated.Link()).for_engine(engine)
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
@@ -275,7 +276,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     def once(scale):
         served, found = disaggregated.run(reqs, prefill, decode, link, progress, scale, engine)
         if scale is None:
-            stats.update(found)
+            stats.update(found, kv_link_source=link_source)
         return served
 
     result = ServeResult(None, None, decode.engine, decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
