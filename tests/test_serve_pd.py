@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rooflinesim.calibration.profile import resolve_profile
@@ -176,6 +176,9 @@ def test_the_library_refuses_what_it_does_not_model():
        budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
        kv=st.sampled_from([4000, 50_000, 10**6]), pd=st.sampled_from([(1, 1), (2, 1), (1, 3)]),
        engine=st.sampled_from(["vllm", "sglang"]))
+# (a decode replica's lone request, preempted, cannot finish beside a pulled one holding blocks)
+@example(reqs=[(0.0, 1, 1)] * 4 + [(0.0, 1, 124), (0.5, 1729, 1), (0.25, 2198, 60)], budget=256, seqs=4, kv=4000,
+         pd=(1, 1), engine="vllm")
 def test_every_request_is_served_by_the_pair_whatever_the_workload(reqs, budget, seqs, kv, pd, engine):
     from rooflinesim.serve.traffic import Requests
 
@@ -229,3 +232,19 @@ def test_the_highest_rate_a_pair_sustains_under_slos():
                               lambda x: random_requests(80, 2000, 100, rate=x, seed=1), slos, iterations=6, pd=(1, 1))
     assert 0 < rate < float("inf") and all(r.metrics[k] <= v for k, v in slos.items())
     assert r.disaggregated["decode_replicas"] == 1 and len(tried) == 7
+
+
+def test_sglang_a_request_waiting_for_kv_gets_what_a_finished_pull_frees():
+    # a pulled request with one output token finishes as it joins; the KV it frees goes to
+    # the request waiting for KV behind it, with nothing else running or arriving
+    from rooflinesim.serve.engine import EngineParams, simulate
+    from rooflinesim.serve.simulate import step_times
+    from rooflinesim.serve.traffic import Requests
+
+    steps = step_times(LLAMA, H200, FITTED, Deployment(), max_tokens=4096, max_seqs=64, max_context=3000)
+    p = EngineParams("sglang", 4096, 64, 1, 4000, 0.0)
+    s = simulate("sglang", Requests(np.array([0.0, 0.001]), np.array([2000, 2632]), np.array([1, 5])), steps, p,
+                 pull_s=np.array([0.01, 0.01]))
+    assert np.all(np.isfinite(s.finish_s))
+    assert s.first_token_s[0] == pytest.approx(0.01) and s.scheduled_s[1] == pytest.approx(0.01)
+    assert s.first_token_s[1] == pytest.approx(0.02)  # (its KV given when the first's was freed, then pulled)

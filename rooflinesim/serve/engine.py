@@ -443,11 +443,25 @@ class _VllmV1Decode(_VllmV1):
 
     def _admit(self, waiting, tokens, gen, free, budget: int, room: int):
         bs, rows, gives, passed = self.p.block_size, [], [], []
+        # (with nothing running, a request the free blocks cannot take, or that cannot finish
+        # beside the blocks the pulled requests behind it hold, would wait for them forever, or
+        # be preempted again and again: those, which need no blocks, go first)
+        idle, blocked = room == self.p.max_num_seqs, False
         while waiting and budget > 0 and room > 0:
             i = waiting[0]
+            if blocked and (not self.remote[i] or np.isnan(self.pulled[i])):
+                passed.append(waiting.popleft())
+                continue
             if not self.remote[i]:  # (preempted here: recomputed as any waiting request)
+                whole = int(_blocks(int(tokens[i] + self.output[i] - gen[i]), bs))
+                if idle and self.aside and whole > self.p.kv_blocks - self.aside:
+                    blocked = True
+                    continue
                 got, g, free = super()._admit(deque([i]), tokens, gen, free, budget, room)
                 if not got:
+                    if idle and self.aside:
+                        blocked = True
+                        continue
                     break
                 waiting.popleft()
                 rows += got
@@ -458,6 +472,9 @@ class _VllmV1Decode(_VllmV1):
             if np.isnan(self.pulled[i]):  # blocks for the whole prompt, then the pull
                 b = int(_blocks(int(tokens[i]), bs))
                 if b > free:
+                    if idle and self.aside:
+                        blocked = True
+                        continue
                     break
                 free -= b
                 self.aside += b
@@ -480,6 +497,8 @@ class _VllmV1Decode(_VllmV1):
         return rows, gives, free
 
     def _next_ready(self) -> float | None:
+        if np.any(self.remote & (self.pulled <= self.now)):
+            return self.now  # (a pulled request, its blocks held, waits: a step that preempted admitted none)
         pulling = self.pulled[self.remote & (self.pulled > self.now)]
         later = min(float(pulling.min()) if pulling.size else math.inf, self.due())
         return None if math.isinf(later) else later
@@ -779,19 +798,8 @@ class _SGLangDecode(_SGLang):
         super().send_due(self.prealloc)  # (every arrival comes from the prefill server)
 
     def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
-        reserve = SGLANG_DECODE_RESERVED_TOKENS
-        while self.prealloc:  # (the KV given counts as held from here)
-            i = self.prealloc[0]
-            free, need = capacity - used, int(tokens[i])
-            active = len(running) + len(self.pulling)
-            if need > free or (active and need + reserve > free - reserve * active):
-                break
-            self.prealloc.popleft()
-            used += need
-            self.pulling.append((self.now + float(self.pull_s[i]), i))
-            self.scheduled[i] = self.now
         finished, later = 0, []
-        for at, i in self.pulling:
+        for at, i in self.pulling:  # (first those whose KV is in: one may finish, and free its KV)
             if at > self.now or len(running) >= self.p.max_num_seqs:
                 later.append((at, i))
                 continue
@@ -803,11 +811,25 @@ class _SGLangDecode(_SGLang):
             else:
                 running.append(i)
         self.pulling = later
+        reserve = SGLANG_DECODE_RESERVED_TOKENS
+        while self.prealloc:  # (the KV given counts as held from here)
+            i = self.prealloc[0]
+            free, need = capacity - used, int(tokens[i])
+            active = len(running) + len(self.pulling)
+            if need > free or (active and need + reserve > free - reserve * active):
+                break
+            self.prealloc.popleft()
+            used += need
+            self.pulling.append((self.now + float(self.pull_s[i]), i))
+            self.scheduled[i] = self.now
         return used, finished
 
     def _idle_until(self) -> float:
         pulled = min((at for at, _ in self.pulling), default=math.inf)
-        return min(max(pulled, self.now), self.due())
+        later = min(max(pulled, self.now), self.due())
+        if math.isinf(later) and self.prealloc:  # (nothing runs, pulls or arrives, and a request waits for KV)
+            raise UserError("the engine stalled: no request fits in the KV cache")
+        return later
 
 
 class _TrtLlm(_Sim):
