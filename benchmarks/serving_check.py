@@ -7,7 +7,8 @@ Every point of the file whose workload can be re-created is simulated: the rando
 uniformly from [range_ratio x L, L]), its rate and number of prompts, the engine (vllm or
 sglang, at the defaults the source left in place), model, GPU, tensor parallelism and
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
-where it states none, the memory planner's). ShareGPT points draw from the shipped
+where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
+scheduler (``overlap_schedule``). ShareGPT points draw from the shipped
 ShareGPT shape (``--dataset sharegpt``). Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
 GPUs with no spec here.
@@ -82,7 +83,29 @@ def simulate(point: dict, samples: int):
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
     return serve(load_config(MODELS[point["model"]]), spec, resolve_profile(spec, None), d, reqs,
                  engine=point["engine"], interval_samples=samples, seed=SEED,
-                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"), **pair)
+                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
+                 overlap_schedule=overlap_schedule(point), **pair)
+
+
+def _version(point: dict) -> tuple:
+    """The leading numbers of a point's engine version ("0.4.5.post3" -> (0, 4, 5))."""
+    out = []
+    for part in str(point.get("engine_version", "")).split()[0].split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def overlap_schedule(point: dict) -> bool | None:
+    """Whether the point's server ran an overlap scheduler: SGLang's was opt-in until PR 2067
+    (2024-11-18) turned it on by default, first released in 0.3.6; otherwise the engine's
+    default (None)."""
+    if point["engine"] == "sglang" and "--disable-overlap-schedule" in point.get("server", ""):
+        return False
+    if point["engine"] == "sglang" and _version(point) < (0, 3, 6):
+        return "--enable-overlap-schedule" in point.get("server", "")
+    return None
 
 
 def planned_kv_tokens(point: dict) -> int:

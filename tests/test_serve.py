@@ -150,9 +150,11 @@ def test_other_engines_take_predict_models_times_for_a_lone_request(name):
 def test_engines_differ_as_their_schedulers_do():
     reqs = random_requests(400, 1024, 256, rate=20.0, seed=7, range_ratio=0.5)
     run = {e: serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=e) for e in ("vllm", "sglang", "trtllm")}
+    plain = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", overlap_schedule=False)
     # SGLang runs prefill batches ahead of decodes (no mixed chunks): first tokens sooner,
-    # longer pauses between tokens
-    assert run["sglang"].metrics["median_ttft_ms"] < run["vllm"].metrics["median_ttft_ms"]
+    # longer pauses between tokens; its overlap scheduler takes each request a step later
+    assert plain.metrics["median_ttft_ms"] < run["vllm"].metrics["median_ttft_ms"]
+    assert run["sglang"].metrics["median_ttft_ms"] > plain.metrics["median_ttft_ms"]
     assert run["sglang"].metrics["p99_itl_ms"] > run["vllm"].metrics["p99_itl_ms"]
     assert run["sglang"].engine.block_size == 1 and run["trtllm"].engine.block_size == 32
     # with a small cache: vLLM preempts, SGLang retracts, TensorRT-LLM admits fewer and evicts none
@@ -161,6 +163,30 @@ def test_engines_differ_as_their_schedulers_do():
     assert small["vllm"].metrics["preemptions"] > 0 and small["sglang"].metrics["preemptions"] > 0
     assert small["trtllm"].metrics["preemptions"] == 0
     assert int(small["trtllm"].served.steps["kv_blocks_used"].max()) <= small["trtllm"].engine.kv_blocks
+
+
+@pytest.mark.parametrize("name", ["sglang", "trtllm"])
+def test_the_overlap_scheduler_takes_a_request_arriving_mid_step_a_step_later(name):
+    lone = serve(LLAMA, H200, FITTED, Deployment(), Requests(np.array([0.0]), np.array([1000]), np.array([200])),
+                 engine=name, overlap_schedule=False).served
+    t = float(lone.steps["start_s"][60] + 0.5 * lone.steps["duration_s"][60])  # (in the middle of a decode step)
+    reqs = Requests(np.array([0.0, t]), np.array([1000, 500]), np.array([200, 20]))
+    off, on = (serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, overlap_schedule=o).served
+               for o in (False, True))
+    ends_off, ends_on = (s.steps["start_s"] + s.steps["duration_s"] for s in (off, on))
+    k = int(np.searchsorted(ends_off, t))  # (the step it arrives in)
+    assert off.scheduled_s[1] == pytest.approx(ends_off[k], rel=1e-12)  # (seen at the step's end)
+    assert on.scheduled_s[1] == pytest.approx(ends_on[k + 1], rel=1e-12)  # (the next batch was formed already)
+    # (later by the decode step it waited for; trtllm's step with it holds that decode's context one longer)
+    assert on.first_token_s[1] - off.first_token_s[1] == pytest.approx(on.steps["duration_s"][k + 1], rel=1e-4)
+    assert on.first_token_s[0] == off.first_token_s[0]  # (an idle server takes a request at once)
+
+
+def test_overlap_scheduling_is_modelled_where_the_engine_has_it():
+    with pytest.raises(UserError, match="overlap scheduler"):
+        serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine="vllm", overlap_schedule=True)
+    r = serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine="sglang")
+    assert r.engine.overlap and r.as_dict()["overlap_schedule"] is True
 
 
 def test_trtllm_refuses_a_prompt_past_its_token_budget():
@@ -232,6 +258,7 @@ def test_cli_json_has_the_benchmark_clients_names():
     (["--trace", "/nonexistent/trace.csv"], "trace"),
     (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], "at least --max-num-seqs"),
     (["--kv-cache-tokens", "100", "--input-len", "4000"], "KV blocks"),
+    (["--overlap-schedule"], "overlap scheduler"),
 ])
 def test_cli_bad_input_is_one_sentence_and_exit_2(args, says):
     from rooflinesim.cli.main import main

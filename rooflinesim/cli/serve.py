@@ -129,6 +129,10 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--step-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Host seconds per engine step beyond the GPU's (default: the engine's, with its source "
                    "in the JSON).")
+@click.option("--overlap-schedule/--no-overlap-schedule", default=None,
+              help="sglang, trtllm: the scheduler forms the next batch while the GPU runs this one, so a "
+                   "request arriving during a step is scheduled a step later (default: on, as both engines "
+                   "ship; SGLang's --disable-overlap-schedule, and SGLang before 0.3.6, run without).")
 @click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=1000, show_default=True,
               help="Requests to send (random dataset).")
 @click.option("--rate", type=Rate(), default="inf", show_default=True,
@@ -168,9 +172,9 @@ def _goodput(ctx, param, values) -> dict:
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
-          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, num_prompts, rate, burstiness,
-          concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed, interval_samples, goodput,
-          slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
+          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, overlap_schedule, num_prompts,
+          rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
+          interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
@@ -246,7 +250,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
                    step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed,
-                   pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link)
+                   pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule)
     search = None
     if max_rate:
         def make(rate):
@@ -327,7 +331,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({d.describe()}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
-           f"{e.step_overhead_s * 1e3:g} ms host time per step",
+           f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else ""),
            f"workload: {load}", ""]
     if r.disaggregated:
         x = r.disaggregated
@@ -363,8 +367,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                       for k in names], headers=("ms", "mean", "median", "p90", "p99")))
     if "max_rate_search" in extra:
         rate = extra["max_rate_search"]["max_rate"]
-        out += ["", f"highest rate that meets the SLOs: {'every request at once' if rate is None else f'{rate:.3g} req/s'} "
-                    f"({len(extra['max_rate_search']['tried'])} runs)"]
+        at = 'every request at once' if rate is None else f'{rate:.3g} req/s'
+        out += ["", f"highest rate that meets the SLOs: {at} ({len(extra['max_rate_search']['tried'])} runs)"]
     for key, row in extra.get("slo", {}).items():
         share = "" if "met_share_of_draws" not in row else (
             f"; met in {100 * row['met_share_of_draws']:.0f}% of the draws, probability "

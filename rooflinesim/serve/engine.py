@@ -31,7 +31,13 @@ schedule_batch.py), FCFS, mixed chunks off (its default):
     (their KV freed, back to the queue to be recomputed) until the free tokens cover 20
     steps of the rest, and ``new_token_ratio`` becomes min(1, (tokens generated + 20 x
     requests) / output tokens wanted) over the rest;
-  * KV pages of one token; at most ``max_num_seqs`` requests run (max_running_requests).
+  * KV pages of one token; at most ``max_num_seqs`` requests run (max_running_requests);
+  * the overlap scheduler (``overlap``, on by default since PR 2067, 2024-11-18) forms and
+    launches the next batch while the GPU runs this one, and only then takes this one's
+    results (``event_loop_overlap``): a batch is formed at the start of the step before it,
+    so a request that arrives while a step runs is first scheduled in the step after the
+    next (an idle server takes it at once). The tokens a finishing request decodes once
+    more before its end is seen are not counted.
 ``trtllm``: TensorRT-LLM's in-flight batching with its default capacity policy,
 GUARANTEED_NO_EVICT, and chunked context off (cpp/tensorrt_llm/batch_manager/
 capacityScheduler.cpp, microBatchScheduler.cpp; tensorrt_llm/llmapi/llm_args.py):
@@ -40,7 +46,9 @@ capacityScheduler.cpp, microBatchScheduler.cpp; tensorrt_llm/llmapi/llm_args.py)
     in progress; the first that does not fit stops admission; nothing is ever evicted;
   * a step takes the active requests in order, one token for each generating request and
     the whole prompt for each new one, up to ``max_num_batched_tokens`` (max_num_tokens)
-    and ``max_num_seqs`` (max_batch_size); the first that would pass them ends the step.
+    and ``max_num_seqs`` (max_batch_size); the first that would pass them ends the step;
+  * its overlap scheduler (on by default since PR 4174, 2025-05) fetches and schedules the
+    next batch while the GPU runs this one, as SGLang's does (``overlap``).
 ``static``: static batching, for contrast: up to ``max_num_seqs`` waiting requests form a
 batch when the engine is free; their prompts are prefilled together, padded to the
 longest, and the batch decodes until its longest output is done (each request's own last
@@ -76,6 +84,7 @@ class EngineParams:
     step_overhead_s: float  # host time per step not hidden under the GPU's
     max_prefill_tokens: int = 16384  # sglang: prompt tokens of one prefill batch (its first request may pass it)
     stages: int = 1  # pipeline stages of a replica (vllm: as many batches in flight)
+    overlap: bool = False  # sglang, trtllm: the next batch is formed while the GPU runs this one
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -154,9 +163,11 @@ class _Sim:
         t = self.arrival[self.next]
         return t if self.slots is None else max(t, self.slots[0])
 
-    def send_due(self, queue) -> None:
-        """Requests due by now join the queue (the engine sees them at a step's end)."""
-        while self.due() <= self.now:
+    def send_due(self, queue, until: float | None = None) -> None:
+        """Requests due by now (or by ``until``) join the queue (the engine sees them at a
+        step's end)."""
+        until = self.now if until is None else until
+        while self.due() <= until:
             i = self.next
             self.sent[i] = self.arrival[i] if self.slots is None else max(self.arrival[i], self.slots.popleft())
             queue.append(i)
@@ -642,12 +653,13 @@ class _SGLang(_Sim):
         chunked = None  # the request whose prompt is part computed (not yet running)
         used = 0  # KV tokens held
         done = 0
+        formed = None  # overlap: when the coming batch was formed (the start of the step just run)
         while done < n:
-            self.send_due(waiting)
+            self.send_due(waiting, formed)
             used, finished = self._prebuilt(running, tokens, computed, gen, used, capacity)
             done += finished
             if not waiting and not running and chunked is None:
-                self.now = self._idle_until()
+                self.now, formed = max(self.now, self._idle_until()), None
                 ratio = SGLANG_RATIO_INIT
                 continue
             # 1. a prefill batch, if one can be formed
@@ -689,6 +701,7 @@ class _SGLang(_Sim):
                 samples = ctx == tokens[ids]
                 dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum())) + p.step_overhead_s
                 self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
+                formed = self.now if p.overlap else None
                 self.now += dur
                 computed[ids] = ctx
                 used += int(g.sum())
@@ -712,6 +725,7 @@ class _SGLang(_Sim):
             ctx = computed[ids] + 1
             dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running)) + p.step_overhead_s
             self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
+            formed = self.now if p.overlap else None
             self.now += dur
             computed[ids] = ctx
             used += len(running)
@@ -794,8 +808,8 @@ class _SGLangDecode(_SGLang):
         self.prealloc: deque = deque()  # arrived, waiting for KV
         self.pulling: list = []  # (when its KV is in, request), in order of allocation
 
-    def send_due(self, queue) -> None:
-        super().send_due(self.prealloc)  # (every arrival comes from the prefill server)
+    def send_due(self, queue, until: float | None = None) -> None:
+        super().send_due(self.prealloc, until)  # (every arrival comes from the prefill server)
 
     def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
         finished, later = 0, []
@@ -843,14 +857,15 @@ class _TrtLlm(_Sim):
         active: list = []  # admitted requests, in order
         reserved = 0  # KV blocks reserved to completion for the active requests
         done = 0
+        formed = None  # overlap: when the coming batch was formed (the start of the step just run)
         for i in range(n):
             if self.prompt[i] > p.max_num_batched_tokens:
                 raise UserError(f"a prompt of {int(self.prompt[i]):,} tokens is past max_num_tokens "
                                 f"({p.max_num_batched_tokens:,}); TensorRT-LLM's chunked context is off by default")
         while done < n:
-            self.send_due(waiting)
+            self.send_due(waiting, formed)
             if not waiting and not active:
-                self.now = self.due()
+                self.now, formed = max(self.now, self.due()), None
                 continue
             # capacity: admit in order while the whole request's blocks fit
             while waiting and len(active) < p.max_num_seqs:
@@ -873,6 +888,7 @@ class _TrtLlm(_Sim):
             ctx = computed[ids] + g
             dur = self.steps.step_of(g, ctx, g == 1, int(ids.size)) + p.step_overhead_s
             self.record(self.now, dur, int(g.sum()), int(ids.size), reserved)
+            formed = self.now if p.overlap else None
             self.now += dur
             computed[ids] = ctx
             gen[ids] += 1  # (every scheduled request computes all it has, and samples)

@@ -37,6 +37,7 @@ from .traffic import Requests
 class EngineDefaults:
     step_overhead_s: float  # host time per step not hidden under the GPU's
     source: str
+    overlap: bool = False  # the next batch formed while the GPU runs this one (engine.py's notes)
 
 
 ENGINES = {
@@ -45,12 +46,13 @@ ENGINES = {
         "between decode steps with the host work overlapped was 150-170 us (vllm-project/vllm "
         "PR 11133); without the overlap it measured 5-6 ms at batch 256 (issue 10634)")),
     "sglang": EngineDefaults(0.0, (
-        "SGLang's overlap scheduler (on by default) prepares a batch while the GPU runs the one "
-        "before; its v0.4 release post shows no GPU idle time between decode batches "
-        "(lmsys.org blog, 2024-12-04)")),
+        "SGLang's overlap scheduler (on by default since PR 2067) prepares a batch while the GPU runs the "
+        "one before; its v0.4 release post shows no GPU idle time between decode batches "
+        "(lmsys.org blog, 2024-12-04); a request arriving during a step is scheduled a step later"), True),
     "trtllm": EngineDefaults(0.0, (
-        "TensorRT-LLM's overlap scheduler (on by default) runs the host work of a step while the "
-        "GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler)")),
+        "TensorRT-LLM's overlap scheduler (on by default since PR 4174) runs the host work of a step while "
+        "the GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler); a request arriving "
+        "during a step is scheduled a step later"), True),
     "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
     "hf": EngineDefaults(0.0, (
         "Hugging Face transformers' generate() on static batches: each step is predict model "
@@ -124,6 +126,7 @@ class ServeResult:
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
+                "overlap_schedule": e.overlap,
                 "replicas": self.replicas,
                 **({} if self.disaggregated is None else {"disaggregated": self.disaggregated})}
 
@@ -145,20 +148,23 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
-          decode_gpu: tuple | None = None, kv_link=None) -> ServeResult:
+          decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
     the decode replicas at ``decode_tp`` (default: d's) on ``decode_gpu`` ((spec, profile);
     default: the prefill replicas' GPU), the KV moved over ``kv_link`` (default, and where
-    it names no bandwidth: the engine's connector as measured in use)."""
+    it names no bandwidth: the engine's connector as measured in use). ``overlap_schedule``:
+    whether the scheduler forms the next batch while the GPU runs this one (sglang and
+    trtllm; None: the engine's default, ``ENGINES``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     if pd is not None:
         return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
-                         step_overhead_s=step_overhead_s, concurrency=concurrency, slo_ms=slo_ms,
+                         step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
+                         concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
@@ -170,7 +176,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     p, kv_tokens, steps = _replica(model, spec, profile, d, engine, longest,
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-                                   kv_tokens=kv_tokens, step_overhead_s=step_overhead_s)
+                                   kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
+                                   overlap_schedule=overlap_schedule)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -181,7 +188,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
-             max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s) -> tuple:
+             max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
+             overlap_schedule=None) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (the memory planner's at vLLM's limits
     where not given), and its step tables up to ``max_context``."""
@@ -197,9 +205,13 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
     seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv_tokens)["max_num_seqs"])
+    overlap = ENGINES[engine].overlap if overlap_schedule is None else bool(overlap_schedule)
+    if overlap and engine not in ("sglang", "trtllm"):
+        raise UserError(f"the overlap scheduler is modelled for --engine sglang and trtllm; {engine}'s is not "
+                        f"(vLLM's --async-scheduling is not modelled yet)")
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
-                     base["max_prefill_tokens"], stages=d.pp)
+                     base["max_prefill_tokens"], stages=d.pp, overlap=overlap)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -238,7 +250,8 @@ def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_
 
 def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, decode_gpu, kv_link, *,
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
-              step_overhead_s, concurrency, slo_ms, interval_samples, seed, progress) -> ServeResult:
+              step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
+              progress) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -267,7 +280,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
         p, kv, steps = _replica(model, spec, profile, dep, engine, context,
                                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-                                kv_tokens=kv_tokens, step_overhead_s=step_overhead_s)
+                                kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
+                                overlap_schedule=overlap_schedule)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
