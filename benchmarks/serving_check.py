@@ -1,6 +1,6 @@
 """`rooflinesim serve` against published serving benchmarks (benchmarks/data/published_serving.yaml).
 
-    python benchmarks/serving_check.py [--samples 10] [--points] [--write-residuals]
+    python benchmarks/serving_check.py [--samples 10] [--points] [--write-residuals] [--engine E] [--jobs N]
 
 Every point of the file whose workload can be re-created is simulated: the random dataset
 (with the semantics of the client that printed it: SGLang's bench_serving draws each length
@@ -11,7 +11,17 @@ where it states none, the memory planner's); SGLang before 0.3.6 without its ove
 scheduler (``overlap_schedule``). ShareGPT points draw from the shipped
 ShareGPT shape (``--dataset sharegpt``). Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
-GPUs with no spec here.
+GPUs with no spec here. The points run in parallel processes (``--jobs``, default: every
+core).
+
+TensorRT-LLM's points (trtllm-bench runs) are skipped by default: trtllm-bench runs the
+MAX_UTILIZATION capacity policy with chunked context, and serve's trtllm scheduler models
+TensorRT-LLM's serving defaults (GUARANTEED_NO_EVICT, no chunks). ``--trtllm`` simulates
+them with serve's scheduler anyway, at the limits trtllm-bench picks, in a table of their
+own kept out of the residual: every request at once, fixed lengths, the KV dtype the
+checkpoint sets, at the max_batch_size and max_num_tokens trtllm-bench picks for the run
+(``trtllm_bench_limits``), those whose prompt reaches that token limit skipped (trtllm-bench
+chunked them; without chunks a new prompt waits for every running request).
 
 Prints, per metric, the median absolute error and how many published values two intervals
 covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
@@ -29,7 +39,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +50,10 @@ import yaml
 
 DATA = Path(__file__).resolve().parent / "data" / "published_serving.yaml"
 MODELS = {"deepseek-ai/DeepSeek-R1": "deepseek-v3", "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
-          "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b"}
+          "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+          "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
+          "nvidia/Llama-3.1-405B-Instruct-FP8": "llama-3.1-405b"}
+NVML_TOTAL_MIB = {"h200-sxm": 143771, "h100-sxm": 81559}  # (what nvidia-smi and NVML report; device_memory.yaml)
 GPUS = {"H200": "h200-sxm", "H100": "h100", "A100": "a100-sxm4-80gb"}
 SEED = 1
 
@@ -69,11 +85,19 @@ def simulate(point: dict, samples: int):
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     if ds["name"] == "sharegpt":
         reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
+    elif ds["name"] == "fixed":
+        reqs = Requests(arrivals(n, rate, 1.0, rng), np.full(n, int(ds["input_len"])),
+                        np.full(n, int(ds["output_len"])))
     else:
         inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
         outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
         reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
-    d = Deployment(tp=int(point["tp"]), weights=point["weights"])
+    model = load_config(MODELS[point["model"]])
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"], **({"kv_cache": point["kv_cache"]}
+                                                                     if point.get("kv_cache") else {}))
+    limits = {}
+    if point.get("client", "").startswith("trtllm-bench"):
+        limits = dict(zip(("max_num_seqs", "max_num_batched_tokens"), trtllm_bench_limits(point, model, spec)))
     logged = point.get("logged") or {}
     pair = {}
     if point.get("pd"):  # (a disaggregated pair in one machine: the KV moves over NVLink)
@@ -81,10 +105,41 @@ def simulate(point: dict, samples: int):
 
         pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
-    return serve(load_config(MODELS[point["model"]]), spec, resolve_profile(spec, None), d, reqs,
+    return serve(model, spec, resolve_profile(spec, None), d, reqs,
                  engine=point["engine"], interval_samples=samples, seed=SEED,
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
-                 overlap_schedule=overlap_schedule(point), **pair)
+                 overlap_schedule=overlap_schedule(point), **limits, **pair)
+
+
+def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = 0.90) -> tuple[int, int]:
+    """The max_batch_size and max_num_tokens trtllm-bench gives a run (tensorrt_llm/bench/build/
+    tuning.py, calc_engine_setting and finetune_setting): the requests of the dataset's lengths
+    that the KV cache would hold (the GPUs' memory less the weights' parameter bytes, times
+    the KV share of free memory; at least one KV head per GPU), at most 4,096, rounded up to
+    a multiple of 32, 128 or 256 (at least 64); tokens as that many requests' prompts and
+    outputs in the ratio of the lengths, at most 32,768, rounded up likewise (at least 2,048)."""
+    tp, ds = int(point["tp"]), point["dataset"]
+    isl, osl = int(ds["input_len"]), int(ds["output_len"])
+    gib = 2.0 ** 30
+    per_byte = {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0}
+    kv_heads = max(tp, model.num_kv_heads)
+    per_token = 2 * model.num_layers * kv_heads * model.head_dim * per_byte[point.get("kv_cache") or "bf16"]
+    weights = sum(model.param_counts().values()) * per_byte[point["weights"]]
+    memory = NVML_TOTAL_MIB[spec.name] * 2.0 ** 20 * tp
+    requests = (memory - weights) / gib * kv_fraction / (per_token / gib * (isl + osl))
+    raw_bs = min(requests, 4096)
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    return (_rounded_up(raw_bs, 64, ((256, 32), (1024, 128), (math.inf, 256))),
+            _rounded_up(raw_tokens, 2048, ((4096, 256), (8192, 512), (math.inf, 1024))))
+
+
+def _rounded_up(x: float, least: int, steps: tuple) -> int:
+    """``x`` rounded up to a multiple of the step of the first (bound, step) whose bound it
+    is under, and at least ``least`` (where the first step applies)."""
+    for k, (bound, step) in enumerate(steps):
+        if x < bound:
+            return max(least if k == 0 else 0, step * math.ceil(x / step))
+    raise ValueError(x)
 
 
 def _version(point: dict) -> tuple:
@@ -106,6 +161,12 @@ def overlap_schedule(point: dict) -> bool | None:
     if point["engine"] == "sglang" and _version(point) < (0, 3, 6):
         return "--enable-overlap-schedule" in point.get("server", "")
     return None
+
+
+def _run(point: dict, samples: int) -> tuple:
+    """One point's simulated metrics and kernel intervals (in a worker process)."""
+    r = simulate(point, samples)
+    return r.metrics, r.interval_kernel
 
 
 def planned_kv_tokens(point: dict) -> int:
@@ -149,33 +210,61 @@ def write_residuals(rows: list, points: int) -> Path:
 
 
 def main() -> None:
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
     from rooflinesim.serve.residual import sigmas_of, widen
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--points", action="store_true")
     ap.add_argument("--write-residuals", action="store_true")
+    ap.add_argument("--engine", action="append", help="only the points of this engine (repeatable)")
+    ap.add_argument("--trtllm", action="store_true",
+                    help="also simulate TensorRT-LLM's trtllm-bench points with serve's trtllm scheduler, apart")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points simulated at once (processes)")
     args = ap.parse_args()
+    if args.write_residuals and args.engine:
+        raise SystemExit("--write-residuals takes every point: leave out --engine")
     points = yaml.safe_load(DATA.read_text())["points"]
-    skipped, rows, memory, pairs = defaultdict(int), [], [], []
+    skipped, rows, memory, pairs, chosen, bench = defaultdict(int), [], [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
             skipped["vLLM 0.6: its V0 scheduler with multi-step scheduling, not the one serve runs"] += 1
             continue
+        if args.engine and p["engine"] not in args.engine:
+            continue
         if _gpu(p["gpu"]) is None or p["model"] not in MODELS:
             skipped["GPU or model not here"] += 1
             continue
-        r = simulate(p, args.samples)
+        if p.get("client", "").startswith("trtllm-bench"):
+            if not args.trtllm:
+                skipped["TensorRT-LLM's trtllm-bench: it runs the MAX_UTILIZATION capacity policy with chunked "
+                        "context (tensorrt_llm/bench/dataclasses/configuration.py), which serve's trtllm scheduler "
+                        "does not model yet; --trtllm simulates them apart"] += 1
+                continue
+            if int(p["dataset"]["input_len"]) >= trtllm_bench_limits(
+                    p, load_config(MODELS[p["model"]]), load_spec(_gpu(p["gpu"])))[1]:
+                skipped["--trtllm: a prompt at or past trtllm-bench's max_num_tokens (the run chunked it; without "
+                        "chunks it would wait for every running request)"] += 1
+                continue
+        chosen.append(p)
+    runs = []
+    with ProcessPoolExecutor(max(1, min(args.jobs, len(chosen)))) as pool:  # (each point on its own)
+        for k, run in enumerate(pool.map(_run, chosen, [args.samples] * len(chosen)), 1):
+            runs.append(run)
+            print(f"[{k}/{len(chosen)}] {chosen[k - 1]['id']}", file=sys.stderr, flush=True)
+    for p, (metrics, kernel) in zip(chosen, runs):
         if (p.get("logged") or {}).get("kv_cache_tokens"):
             memory.append((p["id"], p["engine"], p["logged"]["kv_cache_tokens"], planned_kv_tokens(p)))
         published = {**p["metrics"], **{EXTRA[k]: v for k, v in (p.get("extra_metrics") or {}).items() if k in EXTRA}}
         for key, value in published.items():
-            if key not in r.metrics:
+            if key not in metrics:
                 continue
-            ours = r.metrics[key]
-            (pairs if p.get("pd") else rows).append({
+            ours = metrics[key]
+            apart = pairs if p.get("pd") else bench if p.get("client", "").startswith("trtllm-bench") else rows
+            apart.append({
                 "point": p["id"], "source": source_of(p), "metric": key, "published": value, "simulated": ours,
-                "log_error": math.log(value / ours), "kernel": (r.interval_kernel or {}).get(key, (ours, ours))})
+                "log_error": math.log(value / ours), "kernel": (kernel or {}).get(key, (ours, ours))})
     # each source held out in turn: its intervals widened by the spread of the others' errors
     for src in sorted({r["source"] for r in rows}):
         sigmas = sigmas_of([r for r in rows if r["source"] != src])
@@ -189,11 +278,13 @@ def main() -> None:
         for r in rows:
             (klo, khi), (lo, hi) = r["kernel"], r["whole"]
             print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
-                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | [{lo:.4g}, {hi:.4g}] |")
+                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | "
+                  f"[{lo:.4g}, {hi:.4g}] |")
         print()
-    print("| metric | points | median abs. error | median signed error | inside the kernel interval "
-          "| inside the held-out interval |")
-    print("|---|---|---|---|---|---|")
+    if rows:
+        print("| metric | points | median abs. error | median signed error | inside the kernel interval "
+              "| inside the held-out interval |")
+        print("|---|---|---|---|---|---|")
     for key in sorted({r["metric"] for r in rows}):
         mine = [r for r in rows if r["metric"] == key]
         e = np.array([r["simulated"] / r["published"] - 1 for r in mine])
@@ -201,9 +292,10 @@ def main() -> None:
               f"{sum(inside(r['kernel'], r['published']) for r in mine)} of {len(mine)} | "
               f"{sum(inside(r['whole'], r['published']) for r in mine)} of {len(mine)} |")
     n_in = sum(inside(r["whole"], r["published"]) for r in rows)
-    print(f"\nall metrics: {n_in} of {len(rows)} inside the held-out interval ({100 * n_in / len(rows):.0f}%; "
-          f"the interval's level is 90%); serving sigma over every source: "
-          + ", ".join(f"{g} {s:.2f}" for g, s in sigmas_of(rows).items()))
+    if rows:
+        print(f"\nall metrics: {n_in} of {len(rows)} inside the held-out interval ({100 * n_in / len(rows):.0f}%; "
+              f"the interval's level is 90%); serving sigma over every source: "
+              + ", ".join(f"{g} {s:.2f}" for g, s in sigmas_of(rows).items()))
     if memory:
         print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine vllm`):")
         for pid, engine, logged, ours in memory:
@@ -219,6 +311,20 @@ def main() -> None:
             print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
                   f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | "
                   f"[{lo:.4g}, {hi:.4g}] |")
+    if bench:  # (trtllm-bench runs, under a scheduler serve models otherwise: apart, no residual)
+        print("\nTensorRT-LLM's trtllm-bench points, simulated with serve's trtllm scheduler (GUARANTEED_NO_EVICT, "
+              "no chunked context; trtllm-bench runs MAX_UTILIZATION with chunked context), at the limits "
+              "trtllm-bench picks; not in the tables above nor in the serving residual:")
+        print("| point | metric | published | simulated | error | kernel interval |")
+        print("|---|---|---|---|---|---|")
+        for r in bench:
+            (klo, khi) = r["kernel"]
+            print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
+                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] |")
+        e = np.array([r["simulated"] / r["published"] - 1 for r in bench])
+        print(f"{e.size} values: median abs. error {100 * np.median(np.abs(e)):.1f}%, median signed "
+              f"{100 * np.median(e):+.1f}%, within 10%: {int(np.sum(np.abs(e) <= 0.1))}, within 20%: "
+              f"{int(np.sum(np.abs(e) <= 0.2))}")
     print("\nskipped: " + ", ".join(f"{v} ({k})" for k, v in skipped.items()))
     if args.write_residuals:
         print(f"wrote {write_residuals(rows, len({r['point'] for r in rows}))}")
