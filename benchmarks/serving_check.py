@@ -17,11 +17,11 @@ core).
 TensorRT-LLM's points (trtllm-bench runs) are skipped by default: trtllm-bench runs the
 MAX_UTILIZATION capacity policy with chunked context, and serve's trtllm scheduler models
 TensorRT-LLM's serving defaults (GUARANTEED_NO_EVICT, no chunks). ``--trtllm`` simulates
-them with serve's scheduler anyway, at the limits trtllm-bench picks, in a table of their
-own kept out of the residual: every request at once, fixed lengths, the KV dtype the
-checkpoint sets, at the max_batch_size and max_num_tokens trtllm-bench picks for the run
-(``trtllm_bench_limits``), those whose prompt reaches that token limit skipped (trtllm-bench
-chunked them; without chunks a new prompt waits for every running request).
+them with serve's scheduler anyway, in a table of their own kept out of the residual: every
+request at once, fixed lengths, the KV dtype the checkpoint sets, at the max_batch_size and
+max_num_tokens trtllm-bench picks for the run (``trtllm_bench_limits``), those whose prompt
+reaches that token limit skipped (trtllm-bench chunked them; without chunks a new prompt
+waits for every running request).
 
 Prints, per metric, the median absolute error and how many published values two intervals
 covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
@@ -118,13 +118,14 @@ def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = 0.90) -> 
     the KV share of free memory; at least one KV head per GPU), at most 4,096, rounded up to
     a multiple of 32, 128 or 256 (at least 64); tokens as that many requests' prompts and
     outputs in the ratio of the lengths, at most 32,768, rounded up likewise (at least 2,048)."""
+    from rooflinesim.dtypes import bytes_per_element
+
     tp, ds = int(point["tp"]), point["dataset"]
     isl, osl = int(ds["input_len"]), int(ds["output_len"])
     gib = 2.0 ** 30
-    per_byte = {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0}
     kv_heads = max(tp, model.num_kv_heads)
-    per_token = 2 * model.num_layers * kv_heads * model.head_dim * per_byte[point.get("kv_cache") or "bf16"]
-    weights = sum(model.param_counts().values()) * per_byte[point["weights"]]
+    per_token = 2 * model.num_layers * kv_heads * model.head_dim * bytes_per_element(point.get("kv_cache") or "bf16")
+    weights = sum(model.param_counts().values()) * bytes_per_element(point["weights"])
     memory = NVML_TOTAL_MIB[spec.name] * 2.0 ** 20 * tp
     requests = (memory - weights) / gib * kv_fraction / (per_token / gib * (isl + osl))
     raw_bs = min(requests, 4096)

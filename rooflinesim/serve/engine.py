@@ -163,10 +163,12 @@ class _Sim:
         t = self.arrival[self.next]
         return t if self.slots is None else max(t, self.slots[0])
 
-    def send_due(self, queue, until: float | None = None) -> None:
-        """Requests due by now (or by ``until``) join the queue (the engine sees them at a
-        step's end)."""
-        until = self.now if until is None else until
+    formed = None  # overlap: when the coming batch was formed (the start of the step last run); None: now
+
+    def send_due(self, queue) -> None:
+        """Requests due by now join the queue (the engine sees them at a step's end; with the
+        overlap scheduler, those due by the start of the step just run)."""
+        until = self.now if self.formed is None else self.formed
         while self.due() <= until:
             i = self.next
             self.sent[i] = self.arrival[i] if self.slots is None else max(self.arrival[i], self.slots.popleft())
@@ -182,7 +184,13 @@ class _Sim:
         if self.slots is not None:
             self.slots.extend([self.now] * count)
 
+    def idle(self, t: float) -> None:
+        """Nothing to run until ``t`` (not before now): an idle server takes the next request at once."""
+        self.now, self.formed = max(self.now, t), None
+
     def record(self, start: float, duration: float, tokens: int, seqs: int, blocks: int) -> None:
+        """A step from ``start``; with the overlap scheduler the next batch is formed as it starts."""
+        self.formed = start if self.p.overlap else None
         log = self.log
         log["start_s"].append(start)
         log["duration_s"].append(duration)
@@ -653,13 +661,12 @@ class _SGLang(_Sim):
         chunked = None  # the request whose prompt is part computed (not yet running)
         used = 0  # KV tokens held
         done = 0
-        formed = None  # overlap: when the coming batch was formed (the start of the step just run)
         while done < n:
-            self.send_due(waiting, formed)
+            self.send_due(waiting)
             used, finished = self._prebuilt(running, tokens, computed, gen, used, capacity)
             done += finished
             if not waiting and not running and chunked is None:
-                self.now, formed = max(self.now, self._idle_until()), None
+                self.idle(self._idle_until())
                 ratio = SGLANG_RATIO_INIT
                 continue
             # 1. a prefill batch, if one can be formed
@@ -701,7 +708,6 @@ class _SGLang(_Sim):
                 samples = ctx == tokens[ids]
                 dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum())) + p.step_overhead_s
                 self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
-                formed = self.now if p.overlap else None
                 self.now += dur
                 computed[ids] = ctx
                 used += int(g.sum())
@@ -725,7 +731,6 @@ class _SGLang(_Sim):
             ctx = computed[ids] + 1
             dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running)) + p.step_overhead_s
             self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
-            formed = self.now if p.overlap else None
             self.now += dur
             computed[ids] = ctx
             used += len(running)
@@ -808,8 +813,8 @@ class _SGLangDecode(_SGLang):
         self.prealloc: deque = deque()  # arrived, waiting for KV
         self.pulling: list = []  # (when its KV is in, request), in order of allocation
 
-    def send_due(self, queue, until: float | None = None) -> None:
-        super().send_due(self.prealloc, until)  # (every arrival comes from the prefill server)
+    def send_due(self, queue) -> None:
+        super().send_due(self.prealloc)  # (every arrival comes from the prefill server)
 
     def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
         finished, later = 0, []
@@ -857,15 +862,14 @@ class _TrtLlm(_Sim):
         active: list = []  # admitted requests, in order
         reserved = 0  # KV blocks reserved to completion for the active requests
         done = 0
-        formed = None  # overlap: when the coming batch was formed (the start of the step just run)
         for i in range(n):
             if self.prompt[i] > p.max_num_batched_tokens:
                 raise UserError(f"a prompt of {int(self.prompt[i]):,} tokens is past max_num_tokens "
                                 f"({p.max_num_batched_tokens:,}); TensorRT-LLM's chunked context is off by default")
         while done < n:
-            self.send_due(waiting, formed)
+            self.send_due(waiting)
             if not waiting and not active:
-                self.now, formed = max(self.now, self.due()), None
+                self.idle(self.due())
                 continue
             # capacity: admit in order while the whole request's blocks fit
             while waiting and len(active) < p.max_num_seqs:
@@ -888,7 +892,6 @@ class _TrtLlm(_Sim):
             ctx = computed[ids] + g
             dur = self.steps.step_of(g, ctx, g == 1, int(ids.size)) + p.step_overhead_s
             self.record(self.now, dur, int(g.sum()), int(ids.size), reserved)
-            formed = self.now if p.overlap else None
             self.now += dur
             computed[ids] = ctx
             gen[ids] += 1  # (every scheduled request computes all it has, and samples)
