@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate
 from typing import Any
 
@@ -173,7 +174,7 @@ class PricedTerms(_EndToEnd):
         body = corner(terms or [hbm], p.corner)
         self.launch_floor = launch = lay([it.work.kernels if it.kernels is None else it.kernels
                                           for it in items]) * p.launch_s
-        self.bound = _bound({"compute": compute, "hbm": hbm, "l2": l2, "launch": launch})
+        self._bounds = {"compute": compute, "hbm": hbm, "l2": l2, "launch": launch}
         latency = launch + body
         fixed = lay([it.fixed_s for it in items])
         if not _is_zero(fixed):
@@ -181,7 +182,9 @@ class PricedTerms(_EndToEnd):
         self.sequence_s = None
         sequence = lay([it.sequence_s for it in items])
         if not _is_zero(sequence):
-            self.sequence_s = sequence_time(self.bound, sequence)
+            # (not compute-bound: another term above the compute time, which wins ties)
+            b = self._bounds
+            self.sequence_s = np.where((hbm > compute) | (l2 > compute) | (b["launch"] > compute), sequence, 0.0)
             if in_sequence:
                 latency, launch = latency + self.sequence_s, launch + self.sequence_s
         self.flops = lay([math_flops(it.work) for it in items])
@@ -189,6 +192,12 @@ class PricedTerms(_EndToEnd):
         self.latency_s, self.compute_s, self.hbm_s, self.l2_s, self.launch_s = latency, compute, hbm, l2, launch
         self.intensity = _intensity(self.flops, hbm_bytes)
         self._fp32_peak, self._bw, self._in_sequence = fp32_peak, bw, in_sequence
+
+    @cached_property
+    def bound(self):
+        """What bounds each point: the name of the largest of the compute, HBM, L2 and
+        launch times (the first on ties)."""
+        return _bound(self._bounds)
 
     def timing(self, i: int) -> Timing:
         """Kernel ``i``'s own timing."""
@@ -239,10 +248,20 @@ class _Apart(_EndToEnd):
     def __init__(self, parts: list, shapes: list):
         super().__init__(shapes)
         self.parts = parts
-        for name in ("latency_s", "flops", "hbm_bytes"):
-            setattr(self, name, self.lay([getattr(p, name) for p in parts]))
-        self.bound = np.concatenate([np.broadcast_to(np.asarray(p.bound, dtype=object), (n,))
-                                     for p, n in zip(parts, self.sizes)])
+        self.latency_s = self.lay([p.latency_s for p in parts])
+
+    @cached_property
+    def flops(self):
+        return self.lay([p.flops for p in self.parts])
+
+    @cached_property
+    def hbm_bytes(self):
+        return self.lay([p.hbm_bytes for p in self.parts])
+
+    @cached_property
+    def bound(self):
+        return np.concatenate([np.broadcast_to(np.asarray(p.bound, dtype=object), (n,))
+                               for p, n in zip(self.parts, self.sizes)])
 
     def timing(self, i: int) -> Timing:
         return self.parts[i].timing(0)

@@ -114,7 +114,11 @@ def _selective_corner(terms, top, p):
         # (numbers stay numbers: a plain float keeps float32 terms in float32, as in the full formula)
         pick = lambda x: x if np.ndim(x) == 0 else np.broadcast_to(x, top.shape)[at]  # noqa: E731
         sub, q = top[at], pick(p)
-        out[at] = sub * _power_sum([pick(t) for t in terms], sub, q) ** (1.0 / q)
+        if len(terms) == 2:  # (the largest's power is 1: only the other's is taken)
+            lo = np.minimum(pick(terms[0]), pick(terms[1]))
+            out[at] = sub * (1.0 + (lo / sub) ** q) ** (1.0 / q)
+        else:
+            out[at] = sub * _power_sum([pick(t) for t in terms], sub, q) ** (1.0 / q)
     return out
 
 

@@ -246,16 +246,13 @@ class _Plan:
         self._places[key] = places
         return places
 
-    def order(self, args: "_Arguments", ns: tuple) -> np.ndarray:
-        """For the phases' [kernel, point] arrays, flattened and laid end to end, where
-        each value sits among the groups' stacked points."""
-        out = []
-        for j, (starts, p, n) in enumerate(zip(args.places.starts, args.points, ns)):
-            if p is None:
-                out.append(np.add.outer(starts, np.arange(n)).ravel())
-            else:
-                out.append((starts[:, None] + p.of[self.set_of[j]]).ravel())
-        return out[0] if len(out) == 1 else np.concatenate(out)
+    def order(self, args: "_Arguments", j: int, n: int) -> np.ndarray:
+        """For phase ``j``'s [kernel, point] arrays (over its ``n`` points), flattened,
+        where each value sits among the groups' stacked points."""
+        starts, p = args.places.starts[j], args.points[j]
+        if p is None:
+            return np.add.outer(starts, np.arange(n)).ravel()
+        return (starts[:, None] + p.of[self.set_of[j]]).ravel()
 
 
 class _Distinct(NamedTuple):
@@ -378,21 +375,55 @@ def _taken(i: int, doc: str) -> cached_property:
     ``i``-th of ``stacked``) when first asked for."""
 
     def taken(self) -> np.ndarray:
-        return self.stacked[i][self.order].reshape(self.latency_s.shape)
+        return self.stacked.values[i][self.order].reshape(self.shape)
 
     taken.__doc__ = doc
     return cached_property(taken)
 
 
+class _Stacked:
+    """The groups' stacked points' values, shared by the phases priced together: the
+    latencies, and the FLOPs, HBM bytes and bounds laid end to end from their groups'
+    parts when first asked for (a step time needs none of them)."""
+
+    def __init__(self, latency_s: np.ndarray, parts: list, host: tuple):
+        self.latency_s, self._parts, self._host = latency_s, parts, host
+
+    @cached_property
+    def values(self) -> tuple:
+        flops, hbm, bound = (_laid([f() for f in p]) for p in self._parts)
+        return (flops, hbm, np.asarray(bound, dtype=object), *self._host)
+
+
+def masked(lat: np.ndarray, masks: list) -> np.ndarray:
+    """``lat`` [kernel, point] with each kernel of ``masks`` (kernel, mask per point) 0
+    where its mask is."""
+    if not masks:
+        return lat
+    lat = lat.copy()
+    for i, mask in masks:
+        lat[i] = lat[i] * mask
+    return lat
+
+
+def _laid(parts: list) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _cut(priced, name: str, a: int, b: int) -> np.ndarray:
+    """Points ``a`` to ``b`` of a batch of priced groups' ``name`` values."""
+    x = getattr(priced, name)
+    return x[a:b] if np.ndim(x) else np.full(b - a, x)
+
+
 @dataclass
 class _Priced:
-    """Per point results of the kernels of one phase, as [kernel, point] arrays (the
-    FLOPs, bytes and bounds taken from the groups' stacked points when asked for);
-    ``groups`` holds the stacked ops' timings (in the plan's group order)."""
+    """Per point results of the kernels of one phase, as [kernel, point] arrays taken from
+    the groups' stacked points when asked for; ``groups`` holds the stacked ops' timings
+    (in the plan's group order)."""
 
-    latency_s: np.ndarray
-    stacked: tuple  # the groups' stacked points' FLOPs, HBM bytes and bounds
-    order: np.ndarray  # this phase's [kernel, point] values' places among them, flattened
+    stacked: _Stacked
+    shape: tuple  # (kernels, points)
     groups: list
     plan: _Plan
     args: _Arguments
@@ -402,12 +433,46 @@ class _Priced:
     def layout(self) -> _Layout:
         return self.plan.layouts[self.phase]
 
+    @cached_property
+    def order(self) -> np.ndarray:
+        """This phase's [kernel, point] values' places among the stacked points, flattened."""
+        return self.plan.order(self.args, self.phase, self.shape[1])
+
+    @cached_property
+    def latency_s(self) -> np.ndarray:
+        """Per kernel and point: the latency of a run."""
+        return self.stacked.latency_s[self.order].reshape(self.shape)
+
     flops = _taken(0, "per kernel and point: the FLOPs of a run")
     hbm_bytes = _taken(1, "per kernel and point: the HBM bytes of a run")
     bound = _taken(2, "per kernel and point: what bounds a run")
     host_s = _taken(3, "eager launches: the host seconds of one call of each kernel (rooflinesim.eager)")
     launched = _taken(4, "eager launches: the kernels one call launches, as its host time counts them")
     ran = _taken(5, "the kernels one call runs on the GPU (its work's)")
+
+    def stage_s(self, mult: np.ndarray, masks: list) -> np.ndarray:
+        """[stage, point]: ``mult.T @ latency_s`` (``mult``: [kernel, stage] runs), each
+        kernel of ``masks`` (kernel, mask per point) run where its mask says. A phase of
+        distinct points adds its kernels up at those points, set of inputs by set, and
+        each point takes its sets' sums, without the [kernel, point] array."""
+        points = self.args.points[self.phase]
+        if points is None or "latency_s" in self.__dict__:
+            return mult.T @ masked(self.latency_s, masks)
+        stacked, starts = self.stacked.latency_s, self.args.places.starts[self.phase].tolist()
+        sets, n = self.plan.set_of[self.phase].tolist(), self.shape[1]
+        skipped = {i for i, _ in masks}
+        out = np.zeros((mult.shape[1], n))
+        for s, c in enumerate(points.counts):
+            acc = None
+            for k, (a, sk) in enumerate(zip(starts, sets)):
+                if sk == s and k not in skipped:
+                    x = np.multiply.outer(mult[k], stacked[a:a + c])
+                    acc = x if acc is None else acc + x
+            if acc is not None:
+                out += acc if points.at[s] is None else acc[:, points.of[s]]
+        for i, mask in masks:
+            out += np.multiply.outer(mult[i], stacked[starts[i] + points.of[sets[i]]] * mask)
+        return out
 
     @cached_property
     def where(self) -> list:
@@ -435,7 +500,7 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile, eager: boo
              if batched else None)
     # the groups' points in group order: runs of priced groups as slices of the batch,
     # the collectives (last in a plan) as one more batch, any other op from its timing
-    pieces: list = [[], [], [], []]  # latency, FLOPs, HBM bytes, bound
+    pieces: list = [[], [], [], []]  # latency, FLOPs, HBM bytes, bound: each part's values, when asked for
     timings, k, i = [], 0, 0
     while i < len(ops):
         if terms[i] is None and type(ops[i]) is Collective:
@@ -445,12 +510,12 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile, eager: boo
             links = PricedCollectives([ops[g] for g in rest], spec, profile, shapes=[(sizes[g],) for g in rest])
             timings += [partial(links.timing, c) for c in range(len(rest))]
             for piece, x in zip(pieces, (links.latency_s, links.flops, links.hbm_bytes, links.bound)):
-                piece.append(np.broadcast_to(x, (sum(sizes[i:]),)))
+                piece.append(partial(np.broadcast_to, x, (sum(sizes[i:]),)))
             break
         if terms[i] is None:
             t = in_sequence(predict(ops[i], spec, profile))
             for piece, x in zip(pieces, (t.latency_s, t.flops, t.hbm_bytes, t.bound)):
-                piece.append(np.broadcast_to(x, (sizes[i],)))
+                piece.append(partial(np.broadcast_to, x, (sizes[i],)))
             timings.append(t)
             i += 1
             continue
@@ -460,20 +525,12 @@ def _price(plan: _Plan, args: "_Arguments", ns: tuple, spec, profile, eager: boo
             i += 1
         a, b = batch.offsets[k], batch.offsets[k + i - run]
         k += i - run
-        for piece, x in zip(pieces, (batch.latency_s, batch.flops, batch.hbm_bytes, batch.bound)):
-            piece.append(x[a:b] if np.ndim(x) else np.full(b - a, x))
-    latency, flops, hbm = (p[0] if len(p) == 1 else np.concatenate(p) for p in pieces[:3])
-    bound = np.asarray(pieces[3][0] if len(pieces[3]) == 1 else np.concatenate(pieces[3]), dtype=object)
-    # as the phases' [kernel, point] arrays, in C order (a matrix product's last bit can
-    # follow the layout of its operands)
-    order = plan.order(args, ns)
-    latency = latency[order]
-    out, at = [], 0
-    for j, (k, n) in enumerate(zip(plan.sizes, ns)):
-        out.append(_Priced(latency[at:at + k * n].reshape(k, n), (flops, hbm, bound, *host), order[at:at + k * n],
-                           groups=timings, plan=plan, args=args, phase=j))
-        at += k * n
-    return out
+        for piece, name in zip(pieces, ("latency_s", "flops", "hbm_bytes", "bound")):
+            piece.append(partial(_cut, batch, name, a, b))
+    latency = _laid([f() for f in pieces[0]])
+    stacked = _Stacked(latency, pieces[1:], host)
+    return [_Priced(stacked, (k, n), groups=timings, plan=plan, args=args, phase=j)
+            for j, (k, n) in enumerate(zip(plan.sizes, ns))]
 
 
 def _host_side(ops: list, terms: list, sizes: list, spec, profile) -> tuple:

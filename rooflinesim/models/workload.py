@@ -21,7 +21,7 @@ from ..timing import Timing
 from .deploy import Deployment, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from .hf import check as hf_check
 from .kernels import Kernel, Phase, phase_kernels
-from .plan import _price, _Priced, _plan, _row_sums, _slice_timing
+from .plan import _price, _Priced, _plan, _row_sums, _slice_timing, masked
 
 __all__ = ["Kernel", "Phase", "OpTime", "PhaseResult", "ModelPrediction", "RequestTimes", "phase_kernels",
            "predict_model", "predict_requests", "price_phases", "sweep"]
@@ -66,9 +66,14 @@ class PhaseResult:
     stage_s: np.ndarray  # [stage, point]: one microbatch's pass through each stage
     kernels: list[Kernel] = field(repr=False)  # every kernel of one step, its arguments over the phase's points
     counts: np.ndarray = field(repr=False)  # runs per forward, per kernel
-    latency_s: np.ndarray = field(repr=False)  # [kernel, point], per run, masked
+    masks: list = field(repr=False)  # (kernel, mask per point) of the kernels that some steps skip
     priced: _Priced = field(repr=False)
     weights: np.ndarray = field(repr=False)  # how points combine into the phase's time
+
+    @cached_property
+    def latency_s(self) -> np.ndarray:
+        """[kernel, point]: the time of one run, 0 where a step skips the kernel."""
+        return masked(self.priced.latency_s, self.masks)
 
     @property
     def time_s(self) -> float:
@@ -145,12 +150,11 @@ def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployme
     and GPU run in series (rooflinesim.eager): a stage takes its host time (each kernel's
     call, each layer's Python around them) joined with its GPU time."""
     layout, n = priced.layout, ph.n
-    lat = priced.latency_s
-    if masks:
-        lat = lat.copy()
-        for i, mask in masks:
-            lat[i] = lat[i] * mask
-    stage_s = layout.mult.T @ lat
+    if d.eager or d.kernels == "hf":
+        lat = masked(priced.latency_s, masks)
+        stage_s = layout.mult.T @ lat
+    else:
+        stage_s = priced.stage_s(layout.mult, masks)
     if d.eager or d.kernels == "hf":
         runs = np.ones_like(lat)  # (1 where a kernel runs at a point)
         for i, mask in masks:
@@ -183,7 +187,14 @@ def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployme
     if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
-    return PhaseResult(ph, step, stage_s, kernels, layout.counts, lat, priced, weights)
+    out = PhaseResult(ph, step, stage_s, kernels, layout.counts, masks, priced, weights)
+    if d.eager or d.kernels == "hf":
+        out.latency_s = lat
+    return out
+    lat = lat.copy()
+    for i, mask in masks:
+        lat[i] = lat[i] * mask
+    return lat
 
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:
