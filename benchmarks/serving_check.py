@@ -14,14 +14,12 @@ ran them, with multi-step scheduling: not the scheduler serve runs), and so are 
 GPUs with no spec here. The points run in parallel processes (``--jobs``, default: every
 core).
 
-TensorRT-LLM's points (trtllm-bench runs) are skipped by default: trtllm-bench runs the
-MAX_UTILIZATION capacity policy with chunked context, and serve's trtllm scheduler models
-TensorRT-LLM's serving defaults (GUARANTEED_NO_EVICT, no chunks). ``--trtllm`` simulates
-them with serve's scheduler anyway, in a table of their own kept out of the residual: every
-request at once, fixed lengths, the KV dtype the checkpoint sets, at the max_batch_size and
-max_num_tokens trtllm-bench picks for the run (``trtllm_bench_limits``), those whose prompt
-reaches that token limit skipped (trtllm-bench chunked them; without chunks a new prompt
-waits for every running request).
+TensorRT-LLM's points (trtllm-bench runs: every request at once, fixed lengths) are
+simulated with the scheduler trtllm-bench sets up (tensorrt_llm/bench/dataclasses/
+configuration.py: the MAX_UTILIZATION capacity policy, chunked context), at the
+max_batch_size and max_num_tokens it picks for the run (``trtllm_bench_limits``), with the KV
+cache its memory fraction leaves (``trtllm_bench_kv_tokens``) and the KV dtype the checkpoint
+sets.
 
 Prints, per metric, the median absolute error and how many published values two intervals
 covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
@@ -96,8 +94,10 @@ def simulate(point: dict, samples: int):
     d = Deployment(tp=int(point["tp"]), weights=point["weights"], **({"kv_cache": point["kv_cache"]}
                                                                      if point.get("kv_cache") else {}))
     limits = {}
-    if point.get("client", "").startswith("trtllm-bench"):
-        limits = dict(zip(("max_num_seqs", "max_num_batched_tokens"), trtllm_bench_limits(point, model, spec)))
+    if point.get("client", "").startswith("trtllm-bench"):  # (its scheduler settings, limits and KV budget)
+        seqs, tokens = trtllm_bench_limits(point, model, spec)
+        limits = dict(max_num_seqs=seqs, max_num_batched_tokens=tokens, capacity_policy="max_utilization",
+                      chunked_context=True, kv_tokens=trtllm_bench_kv_tokens(model, spec, d, tokens, seqs))
     logged = point.get("logged") or {}
     pair = {}
     if point.get("pd"):  # (a disaggregated pair in one machine: the KV moves over NVLink)
@@ -105,10 +105,24 @@ def simulate(point: dict, samples: int):
 
         pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
+    kv = {} if "kv_tokens" in limits else {"kv_tokens": logged.get("kv_cache_tokens")}
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
-                 engine=point["engine"], interval_samples=samples, seed=SEED,
-                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
-                 overlap_schedule=overlap_schedule(point), **limits, **pair)
+                 engine=point["engine"], interval_samples=samples, seed=SEED, block_size=logged.get("block_size"),
+                 overlap_schedule=overlap_schedule(point), **kv, **limits, **pair)
+
+
+KV_FREE_FRACTION = 0.90  # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py)
+
+
+def trtllm_bench_kv_tokens(model, spec, d, max_num_tokens: int, max_num_seqs: int) -> int:
+    """The KV cache trtllm-bench's run gets: KV_FREE_FRACTION of the memory left after the
+    weights and a forward pass of max_num_tokens, which is what the memory planner leaves
+    at a utilization of the whole card (its weights, activations and the CUDA context)."""
+    from rooflinesim.serve.simulate import kv_cache_tokens
+
+    free = kv_cache_tokens(model, spec, d, block_size=32, gpu_memory_utilization=1.0,
+                           max_num_batched_tokens=max_num_tokens, max_num_seqs=max_num_seqs)
+    return int(free * KV_FREE_FRACTION)
 
 
 def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = 0.90) -> tuple[int, int]:
@@ -220,14 +234,12 @@ def main() -> None:
     ap.add_argument("--points", action="store_true")
     ap.add_argument("--write-residuals", action="store_true")
     ap.add_argument("--engine", action="append", help="only the points of this engine (repeatable)")
-    ap.add_argument("--trtllm", action="store_true",
-                    help="also simulate TensorRT-LLM's trtllm-bench points with serve's trtllm scheduler, apart")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points simulated at once (processes)")
     args = ap.parse_args()
     if args.write_residuals and args.engine:
         raise SystemExit("--write-residuals takes every point: leave out --engine")
     points = yaml.safe_load(DATA.read_text())["points"]
-    skipped, rows, memory, pairs, chosen, bench = defaultdict(int), [], [], [], [], []
+    skipped, rows, memory, pairs, chosen = defaultdict(int), [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
             skipped["vLLM 0.6: its V0 scheduler with multi-step scheduling, not the one serve runs"] += 1
@@ -237,17 +249,6 @@ def main() -> None:
         if _gpu(p["gpu"]) is None or p["model"] not in MODELS:
             skipped["GPU or model not here"] += 1
             continue
-        if p.get("client", "").startswith("trtllm-bench"):
-            if not args.trtllm:
-                skipped["TensorRT-LLM's trtllm-bench: it runs the MAX_UTILIZATION capacity policy with chunked "
-                        "context (tensorrt_llm/bench/dataclasses/configuration.py), which serve's trtllm scheduler "
-                        "does not model yet; --trtllm simulates them apart"] += 1
-                continue
-            if int(p["dataset"]["input_len"]) >= trtllm_bench_limits(
-                    p, load_config(MODELS[p["model"]]), load_spec(_gpu(p["gpu"])))[1]:
-                skipped["--trtllm: a prompt at or past trtllm-bench's max_num_tokens (the run chunked it; without "
-                        "chunks it would wait for every running request)"] += 1
-                continue
         chosen.append(p)
     runs = []
     with ProcessPoolExecutor(max(1, min(args.jobs, len(chosen)))) as pool:  # (each point on its own)
@@ -262,8 +263,7 @@ def main() -> None:
             if key not in metrics:
                 continue
             ours = metrics[key]
-            apart = pairs if p.get("pd") else bench if p.get("client", "").startswith("trtllm-bench") else rows
-            apart.append({
+            (pairs if p.get("pd") else rows).append({
                 "point": p["id"], "source": source_of(p), "metric": key, "published": value, "simulated": ours,
                 "log_error": math.log(value / ours), "kernel": (kernel or {}).get(key, (ours, ours))})
     # each source held out in turn: its intervals widened by the spread of the others' errors
@@ -312,20 +312,6 @@ def main() -> None:
             print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
                   f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] | "
                   f"[{lo:.4g}, {hi:.4g}] |")
-    if bench:  # (trtllm-bench runs, under a scheduler serve models otherwise: apart, no residual)
-        print("\nTensorRT-LLM's trtllm-bench points, simulated with serve's trtllm scheduler (GUARANTEED_NO_EVICT, "
-              "no chunked context; trtllm-bench runs MAX_UTILIZATION with chunked context), at the limits "
-              "trtllm-bench picks; not in the tables above nor in the serving residual:")
-        print("| point | metric | published | simulated | error | kernel interval |")
-        print("|---|---|---|---|---|---|")
-        for r in bench:
-            (klo, khi) = r["kernel"]
-            print(f"| {r['point']} | {r['metric']} | {r['published']:.4g} | {r['simulated']:.4g} | "
-                  f"{100 * (r['simulated'] / r['published'] - 1):+.1f}% | [{klo:.4g}, {khi:.4g}] |")
-        e = np.array([r["simulated"] / r["published"] - 1 for r in bench])
-        print(f"{e.size} values: median abs. error {100 * np.median(np.abs(e)):.1f}%, median signed "
-              f"{100 * np.median(e):+.1f}%, within 10%: {int(np.sum(np.abs(e) <= 0.1))}, within 20%: "
-              f"{int(np.sum(np.abs(e) <= 0.2))}")
     print("\nskipped: " + ", ".join(f"{v} ({k})" for k, v in skipped.items()))
     if args.write_residuals:
         print(f"wrote {write_residuals(rows, len({r['point'] for r in rows}))}")

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,16 +120,23 @@ def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, monkeypatch)
 @given(reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
        budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64, 256]),
        kv=st.sampled_from([4000, 50_000, 10**6]), concurrency=st.sampled_from([None, 1, 7]),
-       name=st.sampled_from(["vllm", "sglang", "trtllm"]))
+       name=st.sampled_from(["vllm", "sglang", "trtllm", "trtllm max_utilization", "trtllm chunked"]))
 def test_every_request_is_served_whatever_the_workload(reqs, budget, seqs, kv, concurrency, name):
     t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
     if int(((i + o + 31) // 32).max()) * 32 > kv:
         kv = int(((i + o + 31) // 32).max()) * 32
-    if name == "trtllm":
-        budget = max(budget, int(i.max()))  # (its chunked context is off: a prompt fits a step)
+    name, _, setting = name.partition(" ")
+    trt = {}
+    if name == "trtllm":  # (TensorRT-LLM's capacity policies, with chunked context or without)
+        trt = dict(capacity_policy="max_utilization" if setting == "max_utilization" else None,
+                   chunked_context=setting != "")
+        if not trt["chunked_context"]:
+            budget = max(budget, int(i.max()))  # (without chunks a prompt must fit a step)
     r = serve(LLAMA, H200, FITTED, Deployment(), Requests(t - t[0], i, o), engine=name,
-              max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs, kv_tokens=kv, concurrency=concurrency)
+              max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs, kv_tokens=kv, concurrency=concurrency,
+              **trt)
     s = r.served
+    assert int(s.steps["kv_blocks_used"].max()) <= r.engine.kv_blocks
     assert r.metrics["completed"] == len(reqs) and np.all(np.isfinite(s.finish_s))
     assert np.all(s.arrival_s >= t - t[0] - 1e-12)
     assert np.all(s.first_token_s > s.arrival_s) and np.all(s.finish_s >= s.first_token_s)
@@ -194,6 +202,51 @@ def test_trtllm_refuses_a_prompt_past_its_token_budget():
         serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 9000, 8), engine="trtllm")
 
 
+def _trt(reqs, **kw):
+    return serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm", overlap_schedule=False, **kw)
+
+
+def test_trtllm_chunked_context_cuts_contexts_first_come_first_served_in_whole_blocks():
+    # two 9,000-token prompts at once under a budget of 4,000 tokens: the first takes every
+    # step's budget (in whole 32-token blocks) until its last chunk, the second what is left
+    reqs = Requests(np.zeros(2), np.array([9000, 9000]), np.array([4, 4]))
+    s = _trt(reqs, max_num_batched_tokens=4000, chunked_context=True).served
+    tokens = s.steps["tokens"]
+    assert tokens.max() <= 4000 and tokens[0] == 4000 - 4000 % 32
+    assert s.first_token_s[0] < s.first_token_s[1]
+    # every prompt token is computed once, each request samples its output
+    assert int(tokens.sum()) == 2 * 9000 + 2 * 3
+    whole = _trt(Requests(np.zeros(2), np.array([3000, 3000]), np.array([4, 4])), chunked_context=True).served
+    assert whole.steps["tokens"][0] == 6000  # (contexts that fit the budget are not cut)
+
+
+def test_trtllm_max_utilization_runs_more_requests_and_pauses_when_blocks_run_out():
+    # a cache for about four whole requests: guaranteed_no_evict runs four at a time and never
+    # evicts; max_utilization runs every request whose next step fits, pausing the latest
+    # started ones (their KV freed, recomputed later) when the blocks run out
+    reqs = random_requests(24, 1024, 1024)
+    kv = 4 * 2048 + 64
+    safe = _trt(reqs, kv_tokens=kv)
+    packed = _trt(reqs, kv_tokens=kv, capacity_policy="max_utilization")
+    assert int(safe.served.steps["sequences"].max()) == 4 and safe.metrics["preemptions"] == 0
+    assert int(packed.served.steps["sequences"].max()) > 4 and packed.metrics["preemptions"] > 0
+    for r in (safe, packed):
+        assert r.metrics["completed"] == 24 and r.served.itl_s.size == 24 * 1023
+        assert int(r.served.steps["kv_blocks_used"].max()) <= r.engine.kv_blocks
+    # what a paused request had is computed again: more tokens than the prompts and outputs
+    assert int(packed.served.steps["tokens"].sum()) > int(safe.served.steps["tokens"].sum())
+    assert packed.as_dict()["capacity_policy"] == "max_utilization" and packed.as_dict()["chunked_context"] is False
+
+
+def test_trtllm_settings_are_refused_for_other_engines():
+    reqs = random_requests(3, 100, 8)
+    for kw in (dict(capacity_policy="max_utilization"), dict(chunked_context=True)):
+        with pytest.raises(UserError, match="TensorRT-LLM"):
+            serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="vllm", **kw)
+    with pytest.raises(UserError, match="capacity policy"):
+        serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm", capacity_policy="fastest")
+
+
 def test_a_closed_loop_keeps_at_most_its_concurrency_in_flight():
     r = _run(n=200, rate=math.inf, concurrency=8)
     assert int(r.served.steps["sequences"].max()) <= 8
@@ -244,6 +297,19 @@ def test_cli_json_has_the_benchmark_clients_names():
     assert out["completed"] == 60 and out["slo_ms"] == {"ttft": 500.0, "tpot": 30.0}
     text = _cli("--num-prompts", "20")
     assert text.exit_code == 0 and "time to first token" in text.output
+
+
+def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
+    r = _cli("--engine", "trtllm", "--capacity-policy", "max-utilization", "--chunked-context", "--num-prompts", "20",
+             "--input-len", "9000", "--output-len", "8", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["capacity_policy"] == "max_utilization" and out["chunked_context"] is True
+    text = _cli("--engine", "trtllm", "--capacity-policy", "max-utilization", "--num-prompts", "10")
+    assert text.exit_code == 0 and "max utilization capacity policy" in text.output
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--capacity-policy",
+                            "max-utilization", "--num-prompts", "10"])
+    assert code == 2 and "TensorRT-LLM" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, says", [

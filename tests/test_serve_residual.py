@@ -29,6 +29,16 @@ def test_sigma_is_the_larger_reading_of_the_median_and_the_90th_percentile():
     assert log_sigma(0.05, 2.0) == pytest.approx(2.0 / 1.6448536269514722, rel=1e-12)
 
 
+def test_each_source_weighs_alike():
+    # sixty small misses from one source and three large ones from another: pooled, the
+    # large ones would sit past the 90th percentile; a source each, they set it
+    many = [{"metric": "output_throughput", "log_error": 0.04, "source": "a"}] * 60
+    few = [{"metric": "output_throughput", "log_error": -0.3, "source": "b"}] * 3
+    assert sigmas_of(many + few)["throughput"] == pytest.approx(0.3 / 1.6448536269514722, rel=1e-12)
+    pooled = [{**r, "source": "one"} for r in many + few]
+    assert sigmas_of(pooled)["throughput"] == pytest.approx(0.04 / 0.6744897501960817, rel=1e-12)
+
+
 @pytest.mark.parametrize("metric, group", [("p99_ttft_ms", "ttft"), ("median_queue_ms", "ttft"),
                                            ("mean_itl_ms", "itl"), ("p90_tpot_ms", "itl"),
                                            ("median_e2el_ms", "e2el"), ("output_throughput", "throughput"),

@@ -96,8 +96,9 @@ def _goodput(ctx, param, values) -> dict:
               help="vllm: vLLM v1's scheduler (chunked prefill mixed into decode steps, paged KV, preemption by "
                    "recompute); sglang: SGLang's (prefill batches first, KV reserved for future tokens, "
                    "retraction); trtllm: TensorRT-LLM's in-flight batching (KV reserved to completion, no "
-                   "eviction); static: static batches, for contrast; hf: static batches run as Hugging Face "
-                   "transformers' generate() runs them (predict model --engine hf).")
+                   "eviction, by default; --capacity-policy, --chunked-context); static: static batches, for "
+                   "contrast; hf: static batches run as Hugging Face transformers' generate() runs them (predict "
+                   "model --engine hf).")
 @click.option("--eager", is_flag=True, help="--engine hf: launched from Python, no CUDA graph (a DynamicCache "
                                            "unless --hf-cache static), as generate() runs by default.")
 @click.option("--hf-cache", type=click.Choice(["static", "dynamic"]), default=None,
@@ -133,6 +134,13 @@ def _goodput(ctx, param, values) -> dict:
               help="sglang, trtllm: the scheduler forms the next batch while the GPU runs this one, so a "
                    "request arriving during a step is scheduled a step later (default: on, as both engines "
                    "ship; SGLang's --disable-overlap-schedule, and SGLang before 0.3.6, run without).")
+@click.option("--capacity-policy", type=click.Choice(["guaranteed-no-evict", "max-utilization"]), default=None,
+              help="trtllm: TensorRT-LLM's capacity scheduler: guaranteed-no-evict (its default) admits a request "
+                   "when the KV of its whole prompt and output fits; max-utilization runs every request whose next "
+                   "step's KV fits, pausing the latest started ones when the blocks run out (as trtllm-bench runs).")
+@click.option("--chunked-context/--no-chunked-context", default=None,
+              help="trtllm: cut contexts to the tokens a step leaves (first come first served, in whole KV "
+                   "blocks); off by default, on in trtllm-bench.")
 @click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=1000, show_default=True,
               help="Requests to send (random dataset).")
 @click.option("--rate", type=Rate(), default="inf", show_default=True,
@@ -172,7 +180,8 @@ def _goodput(ctx, param, values) -> dict:
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
-          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, overlap_schedule, num_prompts,
+          decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, overlap_schedule,
+          capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
@@ -250,7 +259,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
                    step_overhead_s=step_overhead, concurrency=concurrency, slo_ms=goodput or None, seed=seed,
-                   pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule)
+                   pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
+                   capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
+                   chunked_context=chunked_context)
     search = None
     if max_rate:
         def make(rate):
@@ -331,7 +342,9 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({d.describe()}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
-           f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else ""),
+           f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
+           + (f", {e.capacity_policy.replace('_', ' ')} capacity policy"
+              + (", chunked context" if e.chunked_context else "") if e.name == "trtllm" else ""),
            f"workload: {load}", ""]
     if r.disaggregated:
         x = r.disaggregated

@@ -50,13 +50,36 @@ def group_of(metric: str) -> str | None:
 
 
 def sigmas_of(residuals: list) -> dict:
-    """Per group, the sigma of ``residuals`` (rows with 'metric' and 'log_error')."""
+    """Per group, the sigma of ``residuals`` (rows with 'metric', 'log_error' and, where they
+    have one, 'source'): each source weighs alike in the group, its rows sharing its weight,
+    so that a source of many points (a table of sixty throughputs) does not stand for the
+    others."""
     by: dict = {}
     for row in residuals:
         g = group_of(row["metric"])
         if g is not None:
-            by.setdefault(g, []).append(abs(float(row["log_error"])))
-    return {g: log_sigma(float(np.median(v)), float(np.percentile(v, 90))) for g, v in sorted(by.items())}
+            by.setdefault(g, []).append((abs(float(row["log_error"])), row.get("source", "")))
+    out = {}
+    for g, rows in sorted(by.items()):
+        count: dict = {}
+        for _, src in rows:
+            count[src] = count.get(src, 0) + 1
+        x = np.array([v for v, _ in rows])
+        w = np.array([1.0 / count[src] for _, src in rows])
+        out[g] = log_sigma(_quantile(x, w, 0.5), _quantile(x, w, 0.9))
+    return out
+
+
+def _quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of values ``x`` of weights ``w``: the weighted percentile whose
+    sorted values sit at (S_i - w_i) / (S_n - w_n) (S: their cumulative weights), which is
+    numpy's linear method where the weights are equal."""
+    order = np.argsort(x, kind="stable")
+    x, w = x[order], w[order]
+    if x.size == 1:
+        return float(x[0])
+    s = np.cumsum(w)
+    return float(np.interp(q, (s - w) / (s[-1] - w[-1]), x))
 
 
 @lru_cache(maxsize=1)

@@ -127,6 +127,8 @@ class ServeResult:
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
                 "overlap_schedule": e.overlap,
+                **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
+                   if e.name == "trtllm" else {}),
                 "replicas": self.replicas,
                 **({} if self.disaggregated is None else {"disaggregated": self.disaggregated})}
 
@@ -148,7 +150,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
-          decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None) -> ServeResult:
+          decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
+          capacity_policy: str | None = None, chunked_context: bool | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -156,9 +159,16 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     default: the prefill replicas' GPU), the KV moved over ``kv_link`` (default, and where
     it names no bandwidth: the engine's connector as measured in use). ``overlap_schedule``:
     whether the scheduler forms the next batch while the GPU runs this one (sglang and
-    trtllm; None: the engine's default, ``ENGINES``)."""
+    trtllm; None: the engine's default, ``ENGINES``). ``capacity_policy`` ("guaranteed_no_evict"
+    or "max_utilization") and ``chunked_context``: TensorRT-LLM's scheduler settings (None:
+    its defaults, guaranteed_no_evict without chunks)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
+        raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
+                        f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
+    if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
+        raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
         return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
@@ -177,7 +187,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                    kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
-                                   overlap_schedule=overlap_schedule)
+                                   overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
+                                   chunked_context=chunked_context)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -189,7 +200,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
-             overlap_schedule=None) -> tuple:
+             overlap_schedule=None, capacity_policy=None, chunked_context=None) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (the memory planner's at vLLM's limits
     where not given), and its step tables up to ``max_context``."""
@@ -211,7 +222,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                         f"(vLLM's --async-scheduling is not modelled yet)")
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
-                     base["max_prefill_tokens"], stages=d.pp, overlap=overlap)
+                     base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
+                     capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context))
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
