@@ -18,8 +18,8 @@ TensorRT-LLM's points (trtllm-bench runs: every request at once, fixed lengths) 
 simulated with the scheduler trtllm-bench sets up (tensorrt_llm/bench/dataclasses/
 configuration.py: the MAX_UTILIZATION capacity policy, chunked context), at the
 max_batch_size and max_num_tokens it picks for the run (``trtllm_bench_limits``), with the KV
-cache its memory fraction leaves (``trtllm_bench_kv_tokens``) and the KV dtype the checkpoint
-sets.
+cache its memory fraction leaves (``KV_FREE_FRACTION``, as serve budgets TensorRT-LLM's) and the
+KV dtype the checkpoint sets.
 
 Prints, per metric, the median absolute error and how many published values two intervals
 covered: the kernel model's alone (the middle 90% of --samples draws of its error), and
@@ -97,7 +97,7 @@ def simulate(point: dict, samples: int):
     if point.get("client", "").startswith("trtllm-bench"):  # (its scheduler settings, limits and KV budget)
         seqs, tokens = trtllm_bench_limits(point, model, spec)
         limits = dict(max_num_seqs=seqs, max_num_batched_tokens=tokens, capacity_policy="max_utilization",
-                      chunked_context=True, kv_tokens=trtllm_bench_kv_tokens(model, spec, d, tokens, seqs))
+                      chunked_context=True, gpu_memory_utilization=KV_FREE_FRACTION)
     logged = point.get("logged") or {}
     pair = {}
     if point.get("pd"):  # (a disaggregated pair in one machine: the KV moves over NVLink)
@@ -105,24 +105,15 @@ def simulate(point: dict, samples: int):
 
         pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
-    kv = {} if "kv_tokens" in limits else {"kv_tokens": logged.get("kv_cache_tokens")}
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
-                 engine=point["engine"], interval_samples=samples, seed=SEED, block_size=logged.get("block_size"),
-                 overlap_schedule=overlap_schedule(point), **kv, **limits, **pair)
+                 engine=point["engine"], interval_samples=samples, seed=SEED,
+                 kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
+                 overlap_schedule=overlap_schedule(point), **limits, **pair)
 
 
-KV_FREE_FRACTION = 0.90  # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py)
-
-
-def trtllm_bench_kv_tokens(model, spec, d, max_num_tokens: int, max_num_seqs: int) -> int:
-    """The KV cache trtllm-bench's run gets: KV_FREE_FRACTION of the memory left after the
-    weights and a forward pass of max_num_tokens, which is what the memory planner leaves
-    at a utilization of the whole card (its weights, activations and the CUDA context)."""
-    from rooflinesim.serve.simulate import kv_cache_tokens
-
-    free = kv_cache_tokens(model, spec, d, block_size=32, gpu_memory_utilization=1.0,
-                           max_num_batched_tokens=max_num_tokens, max_num_seqs=max_num_seqs)
-    return int(free * KV_FREE_FRACTION)
+# trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve
+# reads for --engine trtllm as TensorRT-LLM's free_gpu_memory_fraction (simulate.engine_kv_tokens)
+KV_FREE_FRACTION = 0.90
 
 
 def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = 0.90) -> tuple[int, int]:

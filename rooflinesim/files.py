@@ -208,6 +208,23 @@ def _check_expansion(root, source: str) -> None:
     size(root)
 
 
+def is_file(path) -> bool:
+    """Whether ``path`` is a regular file; a name the system will not look up (too long, say)
+    is none, not an error."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def exists(path) -> bool:
+    """Whether ``path`` exists; a name the system will not look up is not there."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return False
+
+
 def output_path(path, what: str, force: bool = False, flag: str = "--force") -> Path:
     """``path`` checked as a place to write the ``what`` file before any work is done:
     not empty, not a directory, in a directory that exists and can be written, and not
@@ -215,7 +232,13 @@ def output_path(path, what: str, force: bool = False, flag: str = "--force") -> 
     text = os.fspath(path)
     if not str(text).strip():
         raise UserError(f"an empty path was given for the {what} file")
-    p = Path(text)
+    try:
+        return _output_path(Path(text), what, force, flag)
+    except OSError as exc:  # (a name the system will not take: too long, say)
+        raise UserError(f"cannot write the {what} file {shorten(text)}: {exc.strerror or exc}") from None
+
+
+def _output_path(p: Path, what: str, force: bool, flag: str) -> Path:
     if p.is_dir():
         raise UserError(f"{p} is a directory; give a file name for the {what} file")
     parent = p.absolute().parent

@@ -31,7 +31,7 @@ from pydantic import (
 
 from .gpu import SpecMethods
 from .errors import UnknownName, UserError, did_you_mean
-from .files import field_path, shorten
+from .files import field_path, is_file, shorten
 from .units import parse_quantity
 
 __all__ = [
@@ -312,8 +312,8 @@ def _as_path(path):
         if not os.fspath(path).strip():
             raise UserError("an empty path was given for a spec file")
         path = Path(path)
-        if not path.is_file():
-            raise UserError(f"{path}: no such spec file")
+        if not is_file(path):
+            raise UserError(f"{shorten(os.fspath(path))}: no such spec file")
     return path
 
 

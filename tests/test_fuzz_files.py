@@ -346,7 +346,7 @@ def test_a_torn_last_line_is_skipped_with_a_warning(work, measured):
 
 def test_file_readers_refuse_directories_devices_and_empty_paths(work):
     for reader in ("spec", "profile", "overheads", "measurements", "config", "cases"):
-        for target in (work, "/dev/zero", ""):
+        for target in (work, "/dev/zero", "", "9" * 400, work / ("9" * 300 + ".yaml")):  # (names too long to look up)
             if target == "" and reader in ("spec", "measurements"):
                 continue  # click refuses an empty argument itself (one sentence too)
             code, _, stderr = run_cli(_args(reader, target, work / "o"))
@@ -375,12 +375,13 @@ _WRITERS = {
 
 @pytest.mark.parametrize("writer", sorted(_WRITERS))
 @pytest.mark.parametrize("where", ["missing directory", "a directory", "empty", "under a file",
-                                   "exists"])
+                                   "exists", "a name too long"])
 def test_output_paths_that_cannot_be_written(work, measured, writer, where):
     existing = work / "existing.out"
     existing.write_text("something the user wrote\n")
     target = {"missing directory": work / "no" / "such" / "dir" / "f.out", "a directory": work,
-              "empty": "", "under a file": existing / "f.out", "exists": existing}[where]
+              "empty": "", "under a file": existing / "f.out", "exists": existing,
+              "a name too long": work / ("9" * 300 + ".out")}[where]
     if writer == "harness --out" and where == "missing directory":
         return  # the harness creates the directory of its measurement file
     ok = work / "fresh.html"

@@ -238,6 +238,20 @@ def test_trtllm_max_utilization_runs_more_requests_and_pauses_when_blocks_run_ou
     assert packed.as_dict()["capacity_policy"] == "max_utilization" and packed.as_dict()["chunked_context"] is False
 
 
+def test_trtllm_budgets_its_kv_cache_as_a_share_of_what_is_left():
+    from rooflinesim.serve.simulate import kv_cache_tokens
+
+    d = Deployment(tp=2)
+    left = kv_cache_tokens(LLAMA, H200, d, block_size=32, gpu_memory_utilization=1.0, max_num_batched_tokens=8192,
+                           max_num_seqs=2048)
+    for share in (0.9, 0.5):
+        r = serve(LLAMA, H200, FITTED, d, random_requests(3, 100, 8), engine="trtllm", gpu_memory_utilization=share)
+        assert 0 <= share * left - r.kv_tokens < 32 and r.kv_tokens % 32 == 0
+    vllm = serve(LLAMA, H200, FITTED, d, random_requests(3, 100, 8), engine="vllm")
+    assert vllm.kv_tokens == kv_cache_tokens(LLAMA, H200, d, block_size=16, gpu_memory_utilization=0.9,
+                                             max_num_batched_tokens=8192, max_num_seqs=1024)
+
+
 def test_trtllm_settings_are_refused_for_other_engines():
     reqs = random_requests(3, 100, 8)
     for kw in (dict(capacity_policy="max_utilization"), dict(chunked_context=True)):

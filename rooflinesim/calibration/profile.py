@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
 from ..errors import UserError
+from ..files import is_file
 
 # frozen: a prediction may keep what it derived from a profile's parameters (per-point
 # parameters, serve's step tables), so a parameter never changes in place; a changed profile is a new one
@@ -423,7 +424,7 @@ def _bundled_dir():
 def bundled_profile(gpu: str) -> Profile | None:
     """The fitted profile shipped for ``gpu``, if the project measured it."""
     p = _bundled_dir() / f"{gpu}.yaml"
-    if not p.is_file():
+    if not is_file(p):
         return None
     return load_profile_file(p)
 
@@ -441,7 +442,7 @@ def resolve_profile(spec, profile: str | None = None) -> Profile:
     if profile == "ideal":
         return IDEAL
     if profile is not None:
-        if profile.endswith((".yaml", ".yml")) or Path(profile).is_file():
+        if profile.endswith((".yaml", ".yml")) or is_file(profile):
             return load_profile_file(profile)
         found = bundled_profile(profile)
         if found is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Unpredictable, UserError
+from ..files import exists
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 
@@ -84,7 +85,7 @@ def load(paths) -> Measurements:
     out = Measurements()
     for path in paths:
         p = Path(path)
-        if os.fspath(path).strip() and not p.exists():
+        if os.fspath(path).strip() and not exists(p):
             raise UserError(f"measurement file '{p}' does not exist")
         text = read_text(path, "measurement", MAX_FILE_BYTES)
         lines = text.splitlines()

@@ -111,7 +111,9 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--block-size", type=Size(max=4096), default=None,
               help="KV block, in tokens (default: the engine's: 16 vLLM, 1 SGLang, 32 TensorRT-LLM).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True,
-              help="Share of each card the engine may use (sets the KV cache with the memory planner).")
+              help="Share of each card the engine may use (sets the KV cache with the memory planner; "
+                   "trtllm: TensorRT-LLM's free_gpu_memory_fraction, the share of what the weights and a "
+                   "forward pass leave).")
 @click.option("--kv-cache-tokens", type=POS, default=None,
               help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
 @click.option("--pd", "pd", default=None, callback=_pd, metavar="PREFILL:DECODE",

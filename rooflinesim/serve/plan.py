@@ -148,7 +148,7 @@ def _bounds(args) -> dict:
     """A replica type through steps 1 and 2 (in a worker): per pair of limits, its KV cache
     and either the fewest replicas worth simulating or why none is."""
     c, job = args
-    from .simulate import ENGINES, kv_cache_tokens, step_times
+    from .simulate import ENGINES, engine_kv_tokens, engine_limits, step_times
     from .traffic import requests_at
 
     out = {"candidate": c, "limits": [], "error": None}
@@ -158,14 +158,15 @@ def _bounds(args) -> dict:
         reqs = requests_at(job["workload"], math.inf)
         prompt, output = reqs.input_tokens.astype(float), reqs.output_tokens.astype(float)
         longest = int((prompt + output).max())
-        gmu = job["gpu_memory_utilization"]
-        kv_default = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gmu,
-                                     max_num_batched_tokens=8192, max_num_seqs=1024)
-        pairs, out["default"] = _limits(job["engine"], model, spec, kv_default, job)
+        gmu, engine = job["gpu_memory_utilization"], job["engine"]
+        block = engine_limits(engine, model, spec)["block_size"]
+        kv_default = engine_kv_tokens(engine, model, spec, d, block_size=block, gpu_memory_utilization=gmu,
+                                      max_num_batched_tokens=8192, max_num_seqs=1024)
+        pairs, out["default"] = _limits(engine, model, spec, kv_default, job)
         fits = []
         for tokens, seqs in pairs:
-            kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gmu,
-                                 max_num_batched_tokens=tokens, max_num_seqs=seqs)
+            kv = engine_kv_tokens(engine, model, spec, d, block_size=block, gpu_memory_utilization=gmu,
+                                  max_num_batched_tokens=tokens, max_num_seqs=seqs)
             if kv < longest:
                 out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, "rejected": "does not fit",
                                       "reason": f"KV cache of {kv:,} tokens; the longest request needs {longest:,}"})

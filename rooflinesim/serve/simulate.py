@@ -145,6 +145,21 @@ def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_u
     return int(plan.kv_cache_tokens)
 
 
+def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int, gpu_memory_utilization: float,
+                     max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """KV-cache tokens of one replica as ``engine`` budgets its memory: vLLM's rule
+    (``kv_cache_tokens``) for every engine but trtllm, whose ``gpu_memory_utilization`` is
+    TensorRT-LLM's free_gpu_memory_fraction (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py:
+    "Default is 90%"): that share of what the memory planner leaves at the whole card (the
+    weights, a forward pass of the limits, the CUDA context), in whole ``block_size`` blocks."""
+    if engine == "trtllm":
+        free = kv_cache_tokens(model, spec, d, block_size=block_size, gpu_memory_utilization=1.0,
+                               max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+        return int(free * gpu_memory_utilization) // block_size * block_size
+    return kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
+                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+
+
 def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int | None = None,
           gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
@@ -202,16 +217,21 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
-    for the GPU where not given), its KV cache (the memory planner's at vLLM's limits
-    where not given), and its step tables up to ``max_context``."""
+    for the GPU where not given), its KV cache (``engine_kv_tokens``: vLLM's budget at
+    vLLM's limits, TensorRT-LLM's at its own, where not given), and its step tables up to
+    ``max_context``."""
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
-    if kv_tokens is None:  # (the vLLM memory budget: the profiling pass at vLLM's limits)
-        v = engine_limits("vllm", model, spec)
-        kv_tokens = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
-                                    max_num_batched_tokens=v["max_num_batched_tokens"],
-                                    max_num_seqs=v["max_num_seqs"])
+    if kv_tokens is None:
+        if engine == "trtllm":  # (its forward pass at its own limits)
+            limits = (mnbt, int(max_num_seqs or base["max_num_seqs"]))
+        else:  # (vLLM's profiling pass at vLLM's limits)
+            v = engine_limits("vllm", model, spec)
+            limits = (v["max_num_batched_tokens"], v["max_num_seqs"])
+        kv_tokens = engine_kv_tokens(engine, model, spec, d, block_size=block_size,
+                                     gpu_memory_utilization=gpu_memory_utilization,
+                                     max_num_batched_tokens=limits[0], max_num_seqs=limits[1])
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
