@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import run_cli
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rooflinesim.calibration.profile import resolve_profile
@@ -552,3 +552,97 @@ def test_step_tables_for_larger_limits_answer_as_those_for_smaller_ones():
         assert large.step_s(*args) == pytest.approx(small.step_s(*args), rel=1e-12), args
     ctx = rng.uniform(1, 2500, 50)
     assert np.allclose(large.decode_steps(37, ctx), small.decode_steps(37, ctx), rtol=1e-12, atol=0)
+
+
+def _micro_batch_one_by_one(p, fits, tokens, computed, context):
+    """TensorRT-LLM's MicroBatchScheduler and FCFS context chunking, request by request as
+    microBatchScheduler.cpp runs them (the reference for the vectorized one)."""
+    budget, used, count = p.max_num_batched_tokens, 0, 0
+    ids, give, chunks = [], [], []
+    for r in fits:
+        rest = int(tokens[r] - computed[r])
+        if context[r] and p.chunked_context:
+            chunks.append((r, rest))
+        else:
+            if used + rest > budget:
+                break
+            ids.append(r)
+            give.append(rest)
+            used += rest
+        count += 1
+        if count >= p.max_num_seqs:
+            break
+    room = budget - used
+    if sum(rest for _, rest in chunks) > room:
+        for r, rest in chunks:
+            c = min(rest, room)
+            if c != rest:
+                c = c // p.block_size * p.block_size
+            room -= c
+            if c > 0:
+                ids.append(r)
+                give.append(c)
+    else:
+        for r, rest in chunks:
+            ids.append(r)
+            give.append(rest)
+    return sorted(zip(ids, give))
+
+
+def _max_utilization_one_by_one(p, prompt, output, active, tokens, computed, held, context):
+    """TensorRT-LLM's MaxUtilizationScheduler request by request (capacityScheduler.cpp):
+    the scheduled ids and the paused ones."""
+    free = p.kv_blocks - sum(int(held[a]) for a in active)
+    out, paused, taken, end, k = [], [], 0, len(active), 0
+    while k < end:
+        r = active[k]
+        if context[r]:
+            need = -(-int(tokens[r]) // p.block_size) - int(held[r]) if computed[r] == 0 else 0
+        else:
+            nxt = min(int(tokens[r]) + 1, int(prompt[r] + output[r]))
+            need = max(-(-nxt // p.block_size) - int(held[r]), 0)
+        if taken + need <= free:
+            out.append(r)
+            taken += need
+            k += 1
+            continue
+        last = next((j for j in range(end - 1, k - 1, -1) if computed[active[j]] > 0), None)
+        if last is None:
+            break
+        v = active[last]
+        free += int(held[v])
+        held[v], computed[v], context[v] = 0, 0, True
+        paused.append(v)
+        end = last
+    return out, paused
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5000), st.one_of(st.just(0), st.integers(0, 5000)), st.booleans(),
+                          st.integers(0, 200)),
+                min_size=1, max_size=30),
+       st.sampled_from([64, 512, 4096]), st.sampled_from([1, 3, 50]), st.booleans(), st.integers(0, 60))
+def test_trtllms_schedulers_take_the_requests_they_would_one_by_one(rows, budget, seqs, chunked, kv_blocks):
+    n = len(rows)
+    total = np.array([r[0] for r in rows], dtype=np.int64)
+    computed = np.minimum(np.array([r[1] for r in rows], dtype=np.int64), total - 1)
+    context = np.array([r[2] for r in rows])
+    computed = np.where(context, np.minimum(computed, total - 1), total - 1)  # (a decode has all but its last)
+    tokens = total.copy()
+    held = np.where(computed > 0, -(-(computed + 1) // 32), 0).astype(np.int64)
+    prompt, output = total, np.array([r[3] + 1 for r in rows], dtype=np.int64)
+    blocks = max(int(kv_blocks + held.sum()), int((-(-(prompt + output) // 32)).max()))  # (the longest fits alone)
+    p = engine.EngineParams("trtllm", budget, seqs, 32, blocks, 0.0, chunked_context=chunked,
+                            capacity_policy="max_utilization")
+    sim = engine._TrtLlm(Requests(np.zeros(n), prompt, output), None, p, None)
+    active = np.arange(n, dtype=np.int64)
+    want = _max_utilization_one_by_one(p, prompt, output, list(active), tokens, computed.copy(), held.copy(),
+                                       context.copy())
+    c, h, x = computed.copy(), held.copy(), context.copy()
+    fits = sim._max_utilization(active, tokens, c, h, x)
+    assert fits.tolist() == want[0] and sim.preemptions == len(want[1])
+    event("a request paused" if sim.preemptions else "none paused")
+    ids, give = sim._micro_batch(fits, tokens, c, x)
+    event("a context cut" if np.any(give[x[ids]] < (tokens - c)[ids][x[ids]]) else "no context cut")
+    assert sorted(zip(ids.tolist(), give.tolist())) == _micro_batch_one_by_one(p, fits.tolist(), tokens, c, x)
+    assert int(give.sum()) <= budget and ids.size <= seqs
