@@ -182,9 +182,10 @@ class PricedTerms(_EndToEnd):
         self.sequence_s = None
         sequence = lay([it.sequence_s for it in items])
         if not _is_zero(sequence):
-            # (not compute-bound: another term above the compute time, which wins ties)
-            b = self._bounds
-            self.sequence_s = np.where((hbm > compute) | (l2 > compute) | (b["launch"] > compute), sequence, 0.0)
+            # (not compute-bound, as ``bound`` names it: another term above the compute time,
+            # which wins ties; the launch term before the fixed time is added)
+            not_compute = (hbm > compute) | (l2 > compute) | (self.launch_floor > compute)
+            self.sequence_s = np.where(not_compute, sequence, 0.0)
             if in_sequence:
                 latency, launch = latency + self.sequence_s, launch + self.sequence_s
         self.flops = lay([math_flops(it.work) for it in items])

@@ -150,15 +150,9 @@ def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployme
     and GPU run in series (rooflinesim.eager): a stage takes its host time (each kernel's
     call, each layer's Python around them) joined with its GPU time."""
     layout, n = priced.layout, ph.n
+    stage_s = priced.stage_s(layout.mult, masks)
     if d.eager or d.kernels == "hf":
-        lat = masked(priced.latency_s, masks)
-        stage_s = layout.mult.T @ lat
-    else:
-        stage_s = priced.stage_s(layout.mult, masks)
-    if d.eager or d.kernels == "hf":
-        runs = np.ones_like(lat)  # (1 where a kernel runs at a point)
-        for i, mask in masks:
-            runs[i] = runs[i] * mask
+        runs = masked(np.ones(priced.shape), masks)  # (1 where a kernel runs at a point)
         launches = layout.launches * runs
     gap = getattr(profile, "host", {}).get("hf:graph_gap") if d.kernels == "hf" else None
     if gap is not None and gap.gap_s and not d.eager and ph.name == "prefill":
@@ -187,14 +181,7 @@ def _combine(ph: Phase, masks: list, kernels: list, priced: _Priced, d: Deployme
     if d.pp > 1:
         step = step + (np.asarray(ph.microbatches) - 1) * stage_s.max(axis=0)
     weights = np.ones(n) if ph.combine == "sum" else np.full(n, 1.0 / n)
-    out = PhaseResult(ph, step, stage_s, kernels, layout.counts, masks, priced, weights)
-    if d.eager or d.kernels == "hf":
-        out.latency_s = lat
-    return out
-    lat = lat.copy()
-    for i, mask in masks:
-        lat[i] = lat[i] * mask
-    return lat
+    return PhaseResult(ph, step, stage_s, kernels, layout.counts, masks, priced, weights)
 
 
 def _run(model, spec, profile, d: Deployment, phases: list[Phase]) -> list[PhaseResult]:

@@ -151,7 +151,8 @@ def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int
     (``kv_cache_tokens``) for every engine but trtllm, whose ``gpu_memory_utilization`` is
     TensorRT-LLM's free_gpu_memory_fraction (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py:
     "Default is 90%"): that share of what the memory planner leaves at the whole card (the
-    weights, a forward pass of the limits, the CUDA context), in whole ``block_size`` blocks."""
+    weights, a forward pass of the limits, the CUDA context), in whole ``block_size`` blocks
+    (vLLM's rule counts its own 16-token blocks, whatever ``block_size``)."""
     if engine == "trtllm":
         free = kv_cache_tokens(model, spec, d, block_size=block_size, gpu_memory_utilization=1.0,
                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
