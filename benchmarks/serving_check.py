@@ -116,7 +116,7 @@ def simulate(point: dict, samples: int):
 KV_FREE_FRACTION = 0.90
 
 
-def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = 0.90) -> tuple[int, int]:
+def trtllm_bench_limits(point: dict, model, spec, kv_fraction: float = KV_FREE_FRACTION) -> tuple[int, int]:
     """The max_batch_size and max_num_tokens trtllm-bench gives a run (tensorrt_llm/bench/build/
     tuning.py, calc_engine_setting and finetune_setting): the requests of the dataset's lengths
     that the KV cache would hold (the GPUs' memory less the weights' parameter bytes, times
@@ -216,8 +216,6 @@ def write_residuals(rows: list, points: int) -> Path:
 
 
 def main() -> None:
-    from rooflinesim.hardware import load_spec
-    from rooflinesim.models.config import load_config
     from rooflinesim.serve.residual import sigmas_of, widen
 
     ap = argparse.ArgumentParser()
@@ -277,12 +275,19 @@ def main() -> None:
         print("| metric | points | median abs. error | median signed error | inside the kernel interval "
               "| inside the held-out interval |")
         print("|---|---|---|---|---|---|")
-    for key in sorted({r["metric"] for r in rows}):
-        mine = [r for r in rows if r["metric"] == key]
+
+    def line(label: str, mine: list) -> None:
         e = np.array([r["simulated"] / r["published"] - 1 for r in mine])
-        print(f"| {key} | {e.size} | {100 * np.median(np.abs(e)):.1f}% | {100 * np.median(e):+.1f}% | "
+        print(f"| {label} | {e.size} | {100 * np.median(np.abs(e)):.1f}% | {100 * np.median(e):+.1f}% | "
               f"{sum(inside(r['kernel'], r['published']) for r in mine)} of {len(mine)} | "
               f"{sum(inside(r['whole'], r['published']) for r in mine)} of {len(mine)} |")
+
+    for key in sorted({r["metric"] for r in rows}):
+        mine = [r for r in rows if r["metric"] == key]
+        line(key, mine)
+        engines = sorted({r["source"].split()[-1] for r in mine})
+        for engine in engines if len(engines) > 1 else ():  # (a metric several engines report: each apart)
+            line(f"{key} ({engine})", [r for r in mine if r["source"].split()[-1] == engine])
     n_in = sum(inside(r["whole"], r["published"]) for r in rows)
     if rows:
         print(f"\nall metrics: {n_in} of {len(rows)} inside the held-out interval ({100 * n_in / len(rows):.0f}%; "
