@@ -106,14 +106,24 @@ def test_preemption_by_recompute_when_the_cache_runs_out():
     assert int(s.steps["kv_blocks_used"].max()) <= r.engine.kv_blocks
 
 
-@pytest.mark.parametrize("rate, kv", [(5.0, None), (50.0, None), (math.inf, 80_000)])
-def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, monkeypatch):
-    fast = _run(n=300, rate=rate, kv_tokens=kv).metrics
+@pytest.mark.parametrize("rate, kv, concurrency, budget", [
+    (5.0, None, None, None), (50.0, None, None, None), (math.inf, 80_000, None, None), (2.0, None, None, 512),
+    (math.inf, None, 8, None), (30.0, 40_000, 64, 1024)])
+def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency, budget, monkeypatch):
+    # (stretches past finishes, and steps that take whole prompts, against the general step)
+    kw = dict(n=300, rate=rate, kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget)
+    fast = _run(**kw)
     monkeypatch.setattr(engine._VllmV1, "stretches", False)
-    slow = _run(n=300, rate=rate, kv_tokens=kv).metrics
-    assert fast.keys() == slow.keys()
-    for k, v in fast.items():
-        assert v == pytest.approx(slow[k], rel=1e-9), k
+    slow = _run(**kw)
+    assert fast.metrics.keys() == slow.metrics.keys()
+    for k, v in fast.metrics.items():
+        assert v == pytest.approx(slow.metrics[k], rel=1e-9), k
+    a, b = fast.served, slow.served
+    for f in ("scheduled_s", "first_token_s", "finish_s"):
+        assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12), f
+    assert np.sort(a.itl_s) == pytest.approx(np.sort(b.itl_s), rel=1e-9, abs=1e-12)
+    for f in ("start_s", "duration_s", "tokens", "sequences"):
+        assert a.steps[f] == pytest.approx(b.steps[f], rel=1e-9, abs=1e-12), f
 
 
 @settings(max_examples=40, deadline=None)

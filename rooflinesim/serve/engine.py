@@ -214,13 +214,14 @@ class _Sim:
 
     def served(self) -> Served:
         gaps = np.zeros(0)
-        if self.itl:  # (each gap as many times as requests saw it, as a client lists them)
-            values = [np.atleast_1d(g) for g, _ in self.itl]
-            weights = np.repeat(np.array([w for _, w in self.itl], dtype=np.int64), [v.size for v in values])
-            gaps = np.repeat(np.concatenate(values), weights)
+        if self.itl:  # (each gap as many times as requests saw it, as a client lists them; each an array)
+            values, each = zip(*self.itl)
+            sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+            gaps = np.repeat(np.concatenate(values), np.repeat(np.array(each, dtype=np.int64), sizes))
+        log = {k: np.fromiter(v, dtype=float if k.endswith("_s") else np.int64, count=len(v))
+               for k, v in self.log.items()}
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
-                      gaps, self.preemptions,
-                      {k: np.asarray(v) for k, v in self.log.items()})
+                      gaps, self.preemptions, log)
 
 
 class _Running:
@@ -244,10 +245,13 @@ class _Running:
 
     def add(self, rows: list) -> None:
         """Append requests, each (id, tokens, computed, held, generated, output, last)."""
-        cols = list(zip(*rows))
-        for f, c in zip(self.FIELDS, cols):
+        m = len(rows)
+        for f, c in zip(self.FIELDS, zip(*rows)):
             old = getattr(self, f)
-            setattr(self, f, np.concatenate([old, np.array(c, dtype=old.dtype)]))
+            new = np.empty(old.size + m, dtype=old.dtype)  # (cheaper than concatenating a few values)
+            new[:old.size] = old
+            new[old.size:] = c
+            setattr(self, f, new)
 
 
 class _VllmV1(_Sim):
@@ -270,6 +274,12 @@ class _VllmV1(_Sim):
                 self.now = self.due()
                 continue
             want = run.tokens - run.computed
+            if self.stretches and waiting:  # (where it takes a step, no decode stretch could be)
+                took = self._whole_prompts_step(run, want, waiting, tokens, gen, free)
+                if took is not None:
+                    free, finished = took
+                    done += finished
+                    continue
             if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
                 done += self._finish(run, tokens, gen)
                 free = p.kv_blocks - int(_sum(run.held)) - self.aside
@@ -295,6 +305,43 @@ class _VllmV1(_Sim):
                 done += finished
                 free = p.kv_blocks - int(_sum(run.held)) - self.aside
         return self.served()
+
+    def _whole_prompts_step(self, run: _Running, want, waiting, tokens, gen, free):
+        """The step ``_schedule`` and the loop would take, the common case at a light load
+        taken in fewer operations: every running request decodes a token (or computes its
+        prompt's last), every waiting request joins with its whole prompt, and blocks, room
+        and budget are left for all of them. (the free blocks after it, how many finished),
+        or None where the case does not hold."""
+        p, bs = self.p, self.p.block_size
+        n = run.size
+        if len(waiting) + n > p.max_num_seqs or (n and (int(want.max()) != 1 or int(want.min()) != 1)):
+            return None
+        need = _blocks(run.computed + 1, bs) - run.held
+        left = free - int(_sum(need))
+        budget = p.max_num_batched_tokens - n
+        if left < 0 or budget < 1:
+            return None
+        ids = list(waiting)
+        prompts = tokens[ids]
+        blocks = _blocks(prompts, bs)
+        if int(_sum(prompts)) > budget or int(_sum(blocks)) > left:
+            return None
+        waiting.clear()
+        t = prompts.astype(float)
+        dur = self.steps.step_s(n, float(_sum(run.computed) + n) / n if n else 0.0, len(ids), int(_sum(prompts)),
+                                float(_sum(t * t) / _sum(t)), n + len(ids)) + p.step_overhead_s
+        left -= int(_sum(blocks))
+        for i in ids:
+            if np.isnan(self.scheduled[i]):
+                self.scheduled[i] = self.now
+        self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left)
+        self.now += dur
+        run.computed = run.computed + 1
+        run.held = run.held + need
+        run.add([(i, int(tokens[i]), int(tokens[i]), int(b), int(gen[i]), int(self.output[i]), self.last_token[i])
+                 for i, b in zip(ids, blocks.tolist())])
+        finished = self._sampled(run, np.ones(run.size, dtype=bool), tokens, gen)
+        return (p.kv_blocks - int(_sum(run.held)) - self.aside if finished else left), finished
 
     def _schedule(self, run: _Running, want, waiting, tokens, gen, free):
         """A step's scheduling (the module's notes): the running requests' tokens as far as
@@ -370,7 +417,7 @@ class _VllmV1(_Sim):
         k = _count(ended)
         if k:
             ids = run.id[ended]
-            self.finish[ids] = self.now
+            self.finish[ids] = run.last[ended]  # (now, but for those a decode stretch took on past their end)
             self.generated[ids] = run.generated[ended]
             self.last_token[ids] = run.last[ended]
             run.keep(~ended)
@@ -380,9 +427,11 @@ class _VllmV1(_Sim):
     def _decode_stretch(self, run: _Running, want, waiting, tokens, free) -> bool:
         """Steps in which nothing but the running requests' decodes can happen, taken at
         once: every running request decodes, no waiting request can be admitted (none
-        waits, or no room or blocks for the first), up to the step in which the first
-        running request finishes, a request is due, or the blocks would run out (which
-        the step-by-step loop then handles). Each step is the one the loop would take."""
+        waits, or no room or blocks for the first), up to the step in which a request is
+        due or the blocks would run out (which the step-by-step loop then handles), and up
+        to the first running request's finish, unless nothing waits or may be sent before
+        the stretch ends (then the batch goes on without those that finish, as the loop
+        would take it). Each step is the one the loop would take."""
         p = self.p
         n = run.size
         if waiting and n < p.max_num_seqs:  # (the cheap test first: one waiting may be admitted)
@@ -392,44 +441,80 @@ class _VllmV1(_Sim):
                 return False
         if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
             return False
-        k = int((run.output - run.generated).min())
-        if k < 2:
-            return False
+        left = run.output - run.generated  # (steps to each request's last token)
+        first = int(left.min())
+        # (past a finish only where no waiting request, nor one a freed slot lets the client send, could join)
+        k = int(left.max()) if not waiting and self.slots is None else first
         due = self.due()
         if due < math.inf:  # (no more steps than fit before it at the least a step can take)
-            floor = self.steps.dense_decode[n] + self.steps.logits[n] + p.step_overhead_s
+            m = n if k == first else 1
+            floor = self.steps.dense_decode[m] + self.steps.logits[m] + p.step_overhead_s
             k = min(k, int((due - self.now) / floor) + 2)
         c = run.computed
-        j = np.arange(1, k + 1)
         if n * (k // p.block_size + 1) > free:  # (the blocks may run out: count them per step)
+            k = min(k, first)
+            j = np.arange(1, k + 1)
             grow = (_blocks(c[:, None] + j, p.block_size) - run.held[:, None]).clip(0).sum(axis=0)
             k = min(k, int(np.searchsorted(grow, free, side="right")))
-            if k < 2:
-                return False
-        dur = self.steps.decode_steps(n, int(_sum(c)) / n + j[:k]) + p.step_overhead_s  # (the mean, exactly)
+        if k < 2:
+            return False
+        j = np.arange(1, k + 1)
+        if k <= first:  # (the same batch throughout)
+            counts = None
+            dur = self.steps.decode_steps(n, int(_sum(c)) / n + j) + p.step_overhead_s  # (the mean, exactly)
+        else:  # (the batch shrinks as requests finish: each step over the requests still running)
+            order = np.argsort(left, kind="stable")
+            ranked = left[order].tolist()
+            held = np.cumsum(c[order][::-1])[::-1].tolist()  # (context held by each request on, in that order)
+            parts, a, at = [], 0, self.now  # (one part a batch size, until the step in which one is due)
+            for r in range(n):
+                b = min(ranked[r], k)
+                if b > a:
+                    d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b]) + p.step_overhead_s
+                    parts.append((d, n - r))
+                    at += float(d.sum())
+                    a = b
+                    if a == k or at >= due:
+                        break
+            dur = np.concatenate([d for d, _ in parts])
+            counts = [m for d, m in parts for _ in range(d.size)]
+            k, j = dur.size, j[:dur.size]
         ends = self.now + np.cumsum(dur)
         if due < ends[-1]:
             k = int(np.searchsorted(ends, due, side="left")) + 1  # (the step in which it comes due ends the stretch)
-            dur, ends = dur[:k], ends[:k]
+            dur, ends, j = dur[:k], ends[:k], j[:k]
+            if counts is not None:
+                counts = counts[:k]
         if k < 2:
             return False
         log = self.log
         log["start_s"].extend((ends - dur).tolist())
         log["duration_s"].extend(dur.tolist())
-        log["tokens"].extend([n] * k)
-        log["sequences"].extend([n] * k)
+        size = [n] * k if counts is None else counts
+        log["tokens"].extend(size)
+        log["sequences"].extend(size)
+        steps = np.minimum(left, k)  # (each request's steps in the stretch)
+        held = _blocks(c + steps, p.block_size)
         # (blocks in use over the stretch: exact at its ends, in between a straight line)
-        first = p.kv_blocks - free
-        last = first - int(run.held.sum()) + int(_blocks(c + k, p.block_size).sum())
-        log["kv_blocks_used"].extend(np.rint(first + (last - first) * j[:k] / k).tolist())
+        before = p.kv_blocks - free
+        after = before - int(_sum(run.held)) + int(_sum(held[left >= k]))
+        log["kv_blocks_used"].extend(np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
-        self.itl.append((dur[1:], n))  # then every later step's, once for each running request)
-        run.computed = c + k
-        run.tokens = run.tokens + k
-        run.generated = run.generated + k
-        run.held = _blocks(run.computed, p.block_size)
+        if counts is None:  # then every later step's, once for each request it serves)
+            self.itl.append((dur[1:], n))
+        else:
+            a = 0
+            for d, m in parts:
+                lo, hi = max(a, 1), min(a + d.size, k)
+                if hi > lo:
+                    self.itl.append((dur[lo:hi], m))
+                a += d.size
+        run.computed = c + steps
+        run.tokens = run.tokens + steps
+        run.generated = run.generated + steps
+        run.held = held
         self.now = float(ends[-1])
-        run.last = np.full(n, self.now)
+        run.last = ends[steps - 1]  # (a request that finished: its last token's time)
         return True
 
     def _preempt(self, run: _Running, give, need, free, waiting, tokens, gen):
@@ -535,6 +620,9 @@ class _VllmV1Decode(_VllmV1):
         pulling = self.pulled[self.remote & (self.pulled > self.now)]
         later = min(float(pulling.min()) if pulling.size else math.inf, self.due())
         return None if math.isinf(later) else later
+
+    def _whole_prompts_step(self, run: _Running, want, waiting, tokens, gen, free):
+        return None  # (a waiting request may still pull its KV: _admit decides)
 
     def _decode_stretch(self, run: _Running, want, waiting, tokens, free) -> bool:
         # (a request pulling its KV, or one that may be given blocks, ends decode-only stretches)

@@ -54,8 +54,17 @@ class LogTable:
         self._axes = [a.tolist() for a in self.axes]  # (plain floats: a scalar lookup with bisect)
         self.log_z = np.log(z)
         self._z = self.log_z.tolist()  # (nested lists: a lookup touches 2^d values, cheaper in plain floats)
+        self._seen: dict = {}  # (lookups done: a simulation asks for the same points again and again)
 
     def __call__(self, *x: float) -> float:
+        got = self._seen.get(x)
+        if got is None:
+            if len(self._seen) > 1 << 16:
+                self._seen.clear()
+            got = self._seen[x] = self._lookup(x)
+        return got
+
+    def _lookup(self, x: tuple) -> float:
         corners, weights = [self._z], []
         for a, v in zip(self._axes, x):
             lv = math.log(v)
