@@ -52,6 +52,11 @@
 #                     the last command); hf-untouched3-*.jsonl (Llama-2-7B, Llama-3.1-405B,
 #                     Qwen3-30B-A3B, Mistral-7B-v0.3, Phi-3-mini), measured after every fit and
 #                     change, once (logs/hf-untouched3-once.txt).
+#   expert GEMMs:     calib-grouped-gemm.jsonl (PyTorch's grouped GEMMs at the expert shapes of
+#                     five MoE deployments, fp8 and bf16; the fp8 ones fit the key
+#                     fp8:scaled_grouped_mm, the bf16 ones check the MoE layers' fit) and
+#                     holdout-grouped-gemm.jsonl (random shapes, looked at once after the fit:
+#                     logs/holdout-grouped-gemm-once.txt; the command before the last four).
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
@@ -70,6 +75,7 @@ rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by mode
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by backend
 rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/holdout14.jsonl "$d"/random-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
+rooflinesim validate "$d"/holdout-grouped-gemm.jsonl --gpu h200-sxm --worst 6 --by backend
 rooflinesim validate "$d"/eager-holdout16.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout17.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mode

@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -342,6 +342,17 @@ hf5)
   done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+grouped1)
+  # one GPU: expert GEMMs alone (torch._grouped_mm in bf16, torch._scaled_grouped_mm in fp8
+  # with one scale per input row and per weight column): the calibration set (model
+  # shapes) and a held-out set of random shapes, each looked at once after the fit
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-grouped1.txt
+  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  run1 calib-grouped-gemm.jsonl 240 grouped-gemm graph
+  run1 holdout-grouped-gemm.jsonl 150 grouped-gemm-holdout graph
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 sdpa1)
   # one GPU: the host cost of SDPA calls whose key length is new each call, as a DynamicCache
   # decode makes them (benchmarks/sdpa_new_shape.py), by batch, heads, KV heads and head size
@@ -381,6 +392,7 @@ case $phase in
     eager2-quick.jsonl eager-holdout15.jsonl eager-layers12.jsonl ;;
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
   sdpa1) keep_only sdpa-new-shape.jsonl ;;
+  grouped1) keep_only calib-grouped-gemm.jsonl holdout-grouped-gemm.jsonl ;;
   hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
     hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \

@@ -453,3 +453,20 @@ def test_a_case_built_several_times_records_the_median_build():
     assert out["measured_s"] == 2e-5 and out["min_s"] == 0.9e-5 and out["max_s"] == 4e-5
     assert out["builds"] == [3e-5, 1e-5, 2e-5] and out["graph"] is False
     assert "builds" not in combine_builds([t(3e-5, 2e-5, 4e-5)])
+
+
+@pytest.mark.parametrize("name", ["grouped-gemm", "grouped-gemm-holdout"])
+def test_grouped_gemm_suites_hold_cases_the_kernels_take(name):
+    """The builder's preconditions (16-byte strides, at least a row per expert) and the
+    suites' size cap, for every case; both dtypes in each suite, and the held-out set
+    shares no shape with the calibration set."""
+    cases = suites.suite_cases(name)
+    assert {c["dtype"] for c in cases} == {"fp8", "bf16"}
+    for c in cases:
+        assert c["n"] % 16 == 0 and c["k"] % 16 == 0 and 1 <= c["experts"] <= c["rows"], c
+        assert 2 * c["rows"] * c["n"] * c["k"] <= suites.GROUPED_MAX_FLOPS
+        records.case_id(c, "graph")  # (every shape field present)
+    shape = lambda c: (c["rows"], c["n"], c["k"], c["experts"])  # noqa: E731
+    calib = {shape(c) for c in suites.suite_cases("grouped-gemm")}
+    if name == "grouped-gemm-holdout":
+        assert not calib & {shape(c) for c in cases}

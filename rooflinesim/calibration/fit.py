@@ -242,6 +242,16 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                          inherit_only=("launch_s", "memory_latency_s", "memory_latency_bytes"),
                          linked=(("indexed", "memory", "indexed", ("memory", "rmsnorm")),
                                  ("bookkeeping", "memory", "bookkeeping", ("memory", "rmsnorm")))))
+    if any(r["op"] == "grouped_gemm" and r.get("dtype") == "fp8" for r in recs):
+        # PyTorch's fp8 grouped GEMM measured alone (benchmarks/measure_h200.sh grouped1): its
+        # own rates, k overhead and corner, the bf16 grouped GEMM's fixed costs, under its own
+        # key (an engine's fused fp8 MoE kernel is another kernel: MoE layers keep the dtype's
+        # fit); the bf16 ones measured beside them are left to check the layers' fit
+        out.append(Group("grouped_gemm/fp8:scaled_grouped_mm", "grouped_gemm", "fp8:scaled_grouped_mm",
+                         lambda r: r["op"] == "grouped_gemm" and r.get("dtype") == "fp8",
+                         ("compute_efficiency", "memory_efficiency", "corner", "k_overhead"),
+                         fixed={"tile_m": 128}, inherit=("grouped_gemm", "bf16"),
+                         inherit_only=("launch_s", "memory_latency_s", "memory_latency_bytes")))
     if any(r["op"] == "decoder_layer" for r in recs):
         # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
         # not compute-bound costs after other kernels rather than after copies of itself

@@ -247,6 +247,13 @@ def to_op(rec: dict):
                 raise Unpredictable(f"unknown routing '{rec.get('routing')}'")
             return MoE(tokens=t, hidden=h, ffn=f, experts=e, top_k=k, routing=routing,
                        dtype=rec.get("dtype", "bf16"))
+        if op == "grouped_gemm":
+            from ..ops.moe import GroupedGemm
+
+            r, n, k, e = _need(rec, "rows", "n", "k", "experts")
+            backend = rec.get("backend", "")
+            return GroupedGemm(rows=r, n=n, k=k, experts=e, dtype=rec.get("dtype", "bf16"), name="grouped_gemm",
+                               backend="" if backend == "grouped_mm" else backend)
         if op in COLLECTIVES:
             nbytes, ws = _need(rec, "bytes", "world_size")
             return Collective(kind=op, bytes=nbytes, world_size=ws, dtype=rec.get("dtype", "bf16"))

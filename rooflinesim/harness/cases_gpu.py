@@ -236,6 +236,88 @@ def _moe_weights(torch, t, hd, f, e, device):
     return x, w_router, w13.transpose(1, 2), w2.transpose(1, 2)
 
 
+# --------------------------------------------------------------------- grouped GEMM
+
+def grouped_gemm_set_bytes(c):
+    e = ELEMENT_BYTES[c["dtype"]]
+    return e * (c["rows"] * c["k"] + c["experts"] * c["n"] * c["k"])
+
+
+def group_ends(torch, rows, experts, device):
+    """Cumulative end offsets of ``rows`` split as evenly as whole rows allow over
+    ``experts`` groups (the first rows % experts groups one row more)."""
+    base, extra = divmod(rows, experts)
+    sizes = [base + (g < extra) for g in range(experts)]
+    ends, at = [], 0
+    for size in sizes:
+        at += size
+        ends.append(at)
+    return torch.tensor(ends, device=device, dtype=torch.int32)
+
+
+def build_grouped_gemm(torch, c, device, sets):
+    """One grouped GEMM as an MoE layer's experts run it: ``rows`` routed rows (sorted by
+    expert, spread evenly over ``experts``), each group times its expert's [n, k] weight.
+    bf16 through torch._grouped_mm; fp8 (e4m3 operands, one scale per row of the input and
+    per output column of each weight, bf16 out) through torch._scaled_grouped_mm, its
+    operands quantized before timing. The first set is checked against a bf16 product
+    of the same (dequantized) operands."""
+    r, n, k, e, dt = c["rows"], c["n"], c["k"], c["experts"], c["dtype"]
+    if min(r, n, k, e) < 1 or e > r:
+        raise ValueError(f"grouped gemm needs 1 <= experts <= rows and positive sizes, got {c}")
+    if n % 16 or k % 16:
+        raise ValueError("grouped gemm needs n and k multiples of 16 (16-byte strides)")
+    offs = group_ends(torch, r, e, device)
+    if dt == "bf16":
+        grouped = getattr(torch, "_grouped_mm", None)
+        if grouped is None:
+            raise RuntimeError("torch._grouped_mm is not available in this torch")
+        a = [randn(torch, (r, k), "bf16", device) for _ in range(sets)]
+        w = [randn(torch, (e, n, k), "bf16", device, k ** -0.5) for _ in range(sets)]
+
+        def fn(i):
+            j = i % sets
+            return grouped(a[j], w[j].transpose(1, 2), offs=offs)
+        check = (fn(0), a[0].float(), w[0].float())
+        backend = "grouped_mm"
+    elif dt == "fp8":
+        scaled = getattr(torch, "_scaled_grouped_mm", None)
+        if scaled is None:
+            raise RuntimeError("torch._scaled_grouped_mm is not available in this torch")
+        fp8, top = torch.float8_e4m3fn, 448.0
+
+        def quantize(x):  # (one scale per row of the last dimension)
+            s = x.float().abs().amax(dim=-1).clamp(min=1e-12) / top
+            return (x.float() / s.unsqueeze(-1)).to(fp8), s
+
+        a, sa, w, sw = [], [], [], []
+        for _ in range(sets):
+            q, s = quantize(randn(torch, (r, k), "bf16", device))
+            a.append(q)
+            sa.append(s)
+            q, s = quantize(randn(torch, (e, n, k), "bf16", device, k ** -0.5))
+            w.append(q)
+            sw.append(s)
+
+        def fn(i):
+            j = i % sets
+            return scaled(a[j], w[j].transpose(1, 2), sa[j], sw[j], offs=offs, out_dtype=torch.bfloat16)
+        check = (fn(0), a[0].float() * sa[0][:, None], w[0].float() * sw[0][:, :, None])
+        backend = "scaled_grouped_mm"
+    else:
+        raise ValueError(f"grouped gemm dtype must be bf16 or fp8, got {dt}")
+    out, a0, w0 = check
+    ref = torch.empty(r, n, device=device, dtype=torch.float32)
+    lo = 0
+    for g, hi in enumerate(offs.tolist()):
+        ref[lo:hi] = a0[lo:hi] @ w0[g].t()
+        lo = hi
+    err = float((out.float() - ref).norm() / ref.norm().clamp(min=1e-30))
+    if not err < 3e-2:
+        raise RuntimeError(f"grouped gemm result off its reference: relative error {err:.3g}")
+    return Built(fn, backend=backend, extra={"check_rel_error": round(err, 6)})
+
+
 # --------------------------------------------------------------------------- memory
 
 def copy_set_bytes(c):
@@ -375,6 +457,7 @@ BUILDERS = {
     "gemm": (gemm_set_bytes, build_gemm),
     "attention": (attention_set_bytes, build_attention),
     "moe": (moe_set_bytes, build_moe),
+    "grouped_gemm": (grouped_gemm_set_bytes, build_grouped_gemm),
     "copy": (copy_set_bytes, build_copy),
     "rmsnorm": (rmsnorm_set_bytes, build_rmsnorm),
     "decoder_layer": (decoder_set_bytes, build_decoder_layer),

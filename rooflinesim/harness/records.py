@@ -30,6 +30,7 @@ SHAPE_FIELDS = {
     "gemm": ("m", "n", "k", "batch"),
     "attention": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal"),
     "moe": ("tokens", "hidden", "ffn", "experts", "top_k", "routing"),
+    "grouped_gemm": ("rows", "n", "k", "experts"),
     "allreduce": ("bytes", "world_size"),
     "allgather": ("bytes", "world_size"),
     "reducescatter": ("bytes", "world_size"),

@@ -79,6 +79,12 @@ def moe(tokens, hidden, ffn, experts, top_k, routing="random"):
             "experts": experts, "top_k": top_k, "routing": routing, "backend": "grouped_mm"}
 
 
+def grouped_gemm(rows, n, k, experts, dtype="bf16"):
+    backend = "scaled_grouped_mm" if dtype == "fp8" else "grouped_mm"
+    return {"op": "grouped_gemm", "dtype": dtype, "rows": rows, "n": n, "k": k, "experts": experts,
+            "backend": backend}
+
+
 def collective(op, nbytes):
     return {"op": op, "dtype": "bf16", "bytes": nbytes, "backend": "nccl"}
 
@@ -408,6 +414,42 @@ def moe_random_suite(seed=8117):
     return _random_moe(random.Random(seed), 80, MOE_RANDOM_HIDDEN, MOE_RANDOM_FFN, MOE_RANDOM_EXPERTS, 16384)
 
 
+# The expert GEMMs one GPU runs, as (n, k, experts): gate-up (n = 2 x the expert's ffn
+# shard) and down, of DeepSeek-V3 at TP 8 and EP 8, Mixtral-8x7B at TP 1 and TP 2,
+# Qwen3-30B-A3B whole and Qwen3-235B-A22B at TP 8.
+EXPERT_GEMMS = [
+    (512, 7168, 256), (7168, 256, 256), (4096, 7168, 32), (7168, 2048, 32),
+    (28672, 4096, 8), (4096, 14336, 8), (14336, 4096, 8), (4096, 7168, 8),
+    (1536, 2048, 128), (2048, 768, 128), (384, 4096, 128), (4096, 192, 128),
+]
+GROUPED_MAX_FLOPS = 2e12  # (a case's product; the largest take a few ms)
+
+
+def grouped_gemm_suite():
+    """Calibration: the expert GEMMs of EXPERT_GEMMS in fp8 and bf16, over routed rows from
+    a few per expert to tens of thousands."""
+    cases = []
+    for n, k, e in EXPERT_GEMMS:
+        for rows in (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
+            if e <= rows and 2 * rows * n * k <= GROUPED_MAX_FLOPS:
+                cases += [grouped_gemm(rows, n, k, e, dt) for dt in ("fp8", "bf16")]
+    return cases
+
+
+def grouped_gemm_holdout_suite(seed=60221):
+    """Held out: expert GEMMs of random widths, expert counts and routed rows (a seed no
+    other suite uses), fp8 and bf16."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < 80:
+        e = rng.choice((8, 16, 32, 64, 128, 256))
+        n, k = rng.choice(range(128, 16385, 128)), rng.choice(range(128, 8193, 128))
+        rows = _log_uniform(rng, max(e, 16), 65536)
+        if 2 * rows * n * k <= GROUPED_MAX_FLOPS and e * n * k <= 2 ** 31:
+            cases.append(grouped_gemm(rows, n, k, e, rng.choice(("fp8", "fp8", "bf16"))))
+    return cases
+
+
 def holdout_suite(seed=31337, gemm_dtypes=GEMM_DTYPE_MIX):
     """Random shapes of every op from seeds the calibration suites never use: the
     measurements a fitted profile is validated on, never fitted to."""
@@ -684,6 +726,8 @@ _SUITES = {
     "layers12": lambda: _random_layers(random.Random(8462), 80),
     "holdout16": lambda: holdout_suite(seed=24917, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "moe-random": moe_random_suite,
+    "grouped-gemm": grouped_gemm_suite,
+    "grouped-gemm-holdout": grouped_gemm_holdout_suite,
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,

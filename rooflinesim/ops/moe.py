@@ -43,6 +43,10 @@ class GroupedGemm(Op):
     dtype: str = "bf16"
     row_tiles: Any = None  # sum over experts of ceil(rows_e / TILE_M); default: even split
     name: str = ""
+    # the kernel, where one was measured on its own (the harness's "scaled_grouped_mm":
+    # PyTorch's fp8 grouped GEMM); "": an engine's fused MoE kernel, priced by the dtype's
+    # fit (the layers') alone
+    backend: str = ""
 
     family: ClassVar[str] = "grouped_gemm"
 

@@ -359,7 +359,8 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 def grouped_gemm_terms(op: GroupedGemm, spec, profile) -> KernelTerms:
     rate = FORMATS[op.dtype][3]
     _require(spec, rate, f"a {op.dtype} grouped GEMM")
-    p = profile.params("grouped_gemm", op.dtype, *FALLBACK.get(op.dtype, ()), "bf16")
+    own = (f"{op.dtype}:{op.backend}",) if op.backend else ()
+    p = profile.params("grouped_gemm", *own, op.dtype, *FALLBACK.get(op.dtype, ()), "bf16")
     scale, losses = 1.0, {}
     if p.tile_m > 1:
         pad = op.tiles_m() * TILE_M / op.rows
