@@ -1,6 +1,7 @@
 """`rooflinesim serve` against published serving benchmarks (benchmarks/data/published_serving.yaml).
 
     python benchmarks/serving_check.py [--samples 10] [--points] [--write-residuals] [--engine E] [--jobs N]
+        [--data FILE]
 
 Every point of the file whose workload can be re-created is simulated: the random dataset
 (with the semantics of the client that printed it: SGLang's bench_serving draws each length
@@ -9,7 +10,9 @@ sglang, at the defaults the source left in place), model, GPU, tensor parallelis
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
 where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
 scheduler (``overlap_schedule``). ShareGPT points draw from the shipped
-ShareGPT shape (``--dataset sharegpt``). Points of vLLM 0.6 are skipped (its V0 scheduler
+ShareGPT shape (``--dataset sharegpt``). Where a point says ``lengths_from_totals`` (its client
+let requests stop at an end-of-sequence token), the drawn lengths are scaled to the token
+totals it printed. Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
 GPUs with no spec here. The points run in parallel processes (``--jobs``, default: every
 core).
@@ -50,7 +53,8 @@ DATA = Path(__file__).resolve().parent / "data" / "published_serving.yaml"
 MODELS = {"deepseek-ai/DeepSeek-R1": "deepseek-v3", "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
           "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
-          "nvidia/Llama-3.1-405B-Instruct-FP8": "llama-3.1-405b"}
+          "nvidia/Llama-3.1-405B-Instruct-FP8": "llama-3.1-405b", "Qwen/Qwen3-8B": "qwen3-8b",
+          "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b"}
 NVML_TOTAL_MIB = {"h200-sxm": 143771, "h100-sxm": 81559}  # (what nvidia-smi and NVML report; device_memory.yaml)
 GPUS = {"H200": "h200-sxm", "H100": "h100", "A100": "a100-sxm4-80gb"}
 SEED = 1
@@ -65,6 +69,11 @@ def _lengths(rng, n: int, length: int, ratio: float, client: str) -> np.ndarray:
         return rng.integers(max(int(length * ratio), 1), length + 1, size=n)
     lo, hi = max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))  # (vLLM's)
     return rng.integers(lo, hi + 1, size=n)
+
+
+def _scaled(lengths: np.ndarray, total: int) -> np.ndarray:
+    """Whole lengths (at least 1) in the proportions of ``lengths``, summing to about ``total``."""
+    return np.maximum(np.rint(lengths * (float(total) / float(lengths.sum()))), 1).astype(np.int64)
 
 
 def simulate(point: dict, samples: int):
@@ -90,6 +99,9 @@ def simulate(point: dict, samples: int):
         inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
         outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
         reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
+    if point.get("lengths_from_totals"):  # (no --ignore-eos: the dataset's lengths, scaled to what was sent and made)
+        reqs = Requests(reqs.arrival_s, *(_scaled(x, point["totals"][key]) for x, key in (
+            (reqs.input_tokens, "total_input_tokens"), (reqs.output_tokens, "total_output_tokens"))))
     model = load_config(MODELS[point["model"]])
     d = Deployment(tp=int(point["tp"]), weights=point["weights"], **({"kv_cache": point["kv_cache"]}
                                                                      if point.get("kv_cache") else {}))
@@ -106,7 +118,7 @@ def simulate(point: dict, samples: int):
         pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
-                 engine=point["engine"], interval_samples=samples, seed=SEED,
+                 engine=point["engine"], interval_samples=samples, seed=SEED, concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
                  overlap_schedule=overlap_schedule(point), **limits, **pair)
 
@@ -170,8 +182,15 @@ def overlap_schedule(point: dict) -> bool | None:
 
 
 def _run(point: dict, samples: int) -> tuple:
-    """One point's simulated metrics and kernel intervals (in a worker process)."""
-    r = simulate(point, samples)
+    """One point's simulated metrics and kernel intervals (in a worker process), or (None,
+    the sentence why) where serve refuses the deployment (a request the planned KV cache
+    cannot hold: the server had more memory for it than the planner gives)."""
+    from rooflinesim.errors import UserError
+
+    try:
+        r = simulate(point, samples)
+    except UserError as e:
+        return None, str(e)
     return r.metrics, r.interval_kernel
 
 
@@ -224,10 +243,11 @@ def main() -> None:
     ap.add_argument("--write-residuals", action="store_true")
     ap.add_argument("--engine", action="append", help="only the points of this engine (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points simulated at once (processes)")
+    ap.add_argument("--data", type=Path, default=DATA, help="the points' file (default: %(default)s)")
     args = ap.parse_args()
-    if args.write_residuals and args.engine:
-        raise SystemExit("--write-residuals takes every point: leave out --engine")
-    points = yaml.safe_load(DATA.read_text())["points"]
+    if args.write_residuals and (args.engine or args.data != DATA):
+        raise SystemExit("--write-residuals takes every point of the default file: leave out --engine and --data")
+    points = yaml.safe_load(args.data.read_text())["points"]
     skipped, rows, memory, pairs, chosen = defaultdict(int), [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
@@ -245,6 +265,9 @@ def main() -> None:
             runs.append(run)
             print(f"[{k}/{len(chosen)}] {chosen[k - 1]['id']}", file=sys.stderr, flush=True)
     for p, (metrics, kernel) in zip(chosen, runs):
+        if metrics is None:
+            skipped[f"serve refused it ({kernel}), where the server ran it"] += 1
+            continue
         if (p.get("logged") or {}).get("kv_cache_tokens"):
             memory.append((p["id"], p["engine"], p["logged"]["kv_cache_tokens"], planned_kv_tokens(p)))
         published = {**p["metrics"], **{EXTRA[k]: v for k, v in (p.get("extra_metrics") or {}).items() if k in EXTRA}}
