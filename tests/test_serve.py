@@ -656,3 +656,31 @@ def test_trtllms_schedulers_take_the_requests_they_would_one_by_one(rows, budget
     event("a context cut" if np.any(give[x[ids]] < (tokens - c)[ids][x[ids]]) else "no context cut")
     assert sorted(zip(ids.tolist(), give.tolist())) == _micro_batch_one_by_one(p, fits.tolist(), tokens, c, x)
     assert int(give.sum()) <= budget and ids.size <= seqs
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+def test_a_front_end_delay_shifts_what_the_client_sees_and_paces_a_closed_loop(engine_name):
+    """--request-overhead: in an open loop every request reaches the engine that much later,
+    so TTFT and E2EL move by it and the gaps between tokens do not; in a closed loop of one
+    request at a time each request also waits for it before the engine sees it."""
+    reqs = random_requests(60, 700, 40, rate=3.0, seed=5)
+    kw = dict(engine=engine_name, max_num_batched_tokens=2048)
+    base = serve(LLAMA, H200, FITTED, Deployment(), reqs, **kw).metrics
+    late = serve(LLAMA, H200, FITTED, Deployment(), reqs, request_overhead_s=0.02, **kw)
+    assert late.as_dict()["request_overhead_s"] == 0.02
+    m = late.metrics
+    for k in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "p99_e2el_ms"):
+        assert m[k] == pytest.approx(base[k] + 20.0, rel=1e-6), k
+    for k in ("mean_itl_ms", "p99_itl_ms", "mean_tpot_ms"):
+        assert m[k] == pytest.approx(base[k], rel=1e-6), k
+    one = dict(kw, concurrency=1)  # (every request due at once: each sent as the one before finishes)
+    burst = random_requests(60, 700, 40, rate=math.inf, seed=5)
+    closed0 = serve(LLAMA, H200, FITTED, Deployment(), burst, **one).metrics
+    closed = serve(LLAMA, H200, FITTED, Deployment(), burst, request_overhead_s=0.02, **one).metrics
+    assert closed["duration_s"] == pytest.approx(closed0["duration_s"] + 60 * 0.02, rel=1e-6)
+
+
+def test_a_front_end_delay_that_cannot_be_parsed_exits_2():
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--rate", "2",
+                            "--num-prompts", "10", "--request-overhead", "-0.1"])
+    assert code == 2 and "--request-overhead" in err

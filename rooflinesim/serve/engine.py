@@ -99,6 +99,7 @@ class EngineParams:
     overlap: bool = False  # sglang, trtllm: the next batch is formed while the GPU runs this one
     capacity_policy: str = "guaranteed_no_evict"  # trtllm: or "max_utilization"
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
+    request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -171,11 +172,12 @@ class _Sim:
         self.now = 0.0
 
     def due(self) -> float:
-        """When the next request is sent (inf: none left, or the client waits for a slot)."""
+        """When the next request reaches the engine: sent, and through the server's front end
+        (inf: none left, or the client waits for a slot)."""
         if self.next >= len(self.arrival) or (self.slots is not None and not self.slots):
             return math.inf
         t = self.arrival[self.next]
-        return t if self.slots is None else max(t, self.slots[0])
+        return (t if self.slots is None else max(t, self.slots[0])) + self.p.request_overhead_s
 
     formed = None  # overlap: when the coming batch was formed (the start of the step last run); None: now
 

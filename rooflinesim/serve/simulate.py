@@ -126,6 +126,7 @@ class ServeResult:
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
+                "request_overhead_s": e.request_overhead_s,
                 "overlap_schedule": e.overlap,
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
@@ -167,7 +168,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
-          capacity_policy: str | None = None, chunked_context: bool | None = None) -> ServeResult:
+          capacity_policy: str | None = None, chunked_context: bool | None = None,
+          request_overhead_s: float = 0.0) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -177,7 +179,10 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     whether the scheduler forms the next batch while the GPU runs this one (sglang and
     trtllm; None: the engine's default, ``ENGINES``). ``capacity_policy`` ("guaranteed_no_evict"
     or "max_utilization") and ``chunked_context``: TensorRT-LLM's scheduler settings (None:
-    its defaults, guaranteed_no_evict without chunks)."""
+    its defaults, guaranteed_no_evict without chunks). ``request_overhead_s``: each request's
+    time from the client's send to the engine's queue (HTTP, chat template, tokenization, the
+    hop to the engine process; with ``pd``, to the prefill pool's), in every client-side
+    latency and in when a closed loop's next request reaches the engine."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
@@ -191,7 +196,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
                          step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
                          concurrency=concurrency, slo_ms=slo_ms,
-                         interval_samples=interval_samples, seed=seed, progress=progress)
+                         interval_samples=interval_samples, seed=seed, progress=progress,
+                         request_overhead_s=request_overhead_s)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
@@ -204,7 +210,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                    kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
-                                   chunked_context=chunked_context)
+                                   chunked_context=chunked_context, request_overhead_s=request_overhead_s)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -216,7 +222,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
-             overlap_schedule=None, capacity_policy=None, chunked_context=None) -> tuple:
+             overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``: vLLM's budget at
     vLLM's limits, TensorRT-LLM's at its own, where not given), and its step tables up to
@@ -244,7 +250,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
-                     capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context))
+                     capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
+                     request_overhead_s=float(request_overhead_s))
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -284,7 +291,7 @@ def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_
 def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, decode_gpu, kv_link, *,
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
-              progress) -> ServeResult:
+              progress, request_overhead_s=0.0) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -307,14 +314,14 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
-    for count, dep, context, spec, profile in (
-            (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile),
-            (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile)):
+    for count, dep, context, spec, profile, front in (
+            (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile, request_overhead_s),
+            (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile, 0.0)):
         p, kv, steps = _replica(model, spec, profile, dep, engine, context,
                                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
-                                overlap_schedule=overlap_schedule)
+                                overlap_schedule=overlap_schedule, request_overhead_s=front)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
@@ -326,7 +333,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
             stats.update(found, kv_link_source=link_source)
         return served
 
-    result = ServeResult(None, None, decode.engine, decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
+    result = ServeResult(None, None, replace(decode.engine, request_overhead_s=float(request_overhead_s)),
+                         decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
     return _with_intervals(once, result, [prefill.profile, decode.profile], engine, slo_ms, interval_samples, seed)
 
 
