@@ -55,6 +55,9 @@ MAX_RATE = 1e6
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--request-overhead", type=Real(min=0, max=10.0), default=0.0, show_default=True,
+              help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
+                   "as serve --request-overhead.")
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
 @click.option("--ray-address", default=None,
               help="Run the search on a Ray cluster at this address ('local': a Ray instance started here); "
@@ -69,8 +72,8 @@ MAX_RATE = 1e6
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
-         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, jobs, ray_address, plot, force,
-         include_uncalibrated, as_json):
+         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, request_overhead, jobs,
+         ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
     parallelism, dtypes, the engine's limits and replicas: its cost per hour and per million
@@ -118,7 +121,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
-                  pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin)
+                  pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
+                  request_overhead_s=request_overhead)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)

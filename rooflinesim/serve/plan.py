@@ -180,17 +180,19 @@ def _bounds(args) -> dict:
         most = job["max_gpus"] // c.gpus
         for tokens, seqs, kv in fits:
             out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **_bound(
-                st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most)})
+                st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most,
+                job.get("request_overhead_s", 0.0))})
     except UserError as e:
         out["error"] = str(e)
     return out
 
 
 def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float, slos: dict, rate: float,
-           most: int) -> dict:
+           most: int, front: float = 0.0) -> dict:
     """Step 2 for one pair of limits: {"replicas": the fewest worth simulating} or a
     rejection with its reason; with the bounds (``ceiling`` in requests/s, ``lower``: the
-    lower bounds of the P99s in ms)."""
+    lower bounds of the P99s in ms; ``front``: each request's seconds through the server's
+    front end, in its TTFT and end-to-end latency)."""
     budget = min(tokens, st.max_tokens)
     # the shortest a step of t tokens can take (any t' >= t: the tables need not be monotone)
     dense = np.minimum(st.dense_prefill[1:budget + 1], np.concatenate([
@@ -199,7 +201,7 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
     step_min = float(shortest[0])
     sampling = step_min + float(np.min(st.logits[1:]))
     per_token = float((shortest / np.arange(1, budget + 1)).min())  # seconds a token, at best
-    ttft = np.maximum(np.ceil(prompt / budget - 1e-12) * step_min + (sampling - step_min), prompt * per_token)
+    ttft = np.maximum(np.ceil(prompt / budget - 1e-12) * step_min + (sampling - step_min), prompt * per_token) + front
     tpot = np.full(int(np.count_nonzero(output > 1)), sampling)
     lower = {k: float(np.percentile(x, 99)) * 1e3 if x.size else 0.0 for k, x in (
         ("p99_ttft_ms", ttft), ("p99_tpot_ms", tpot), ("p99_e2el_ms", ttft + (output - 1) * sampling))}
@@ -246,7 +248,8 @@ def _simulate(args) -> dict:
         r = serve(model, spec, profile, d if cfg.prefill else replace(d, dp=cfg.replicas),
                   requests_at(job["workload"], job["rate"]), engine=job["engine"],
                   max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-                  kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"], **pair)
+                  kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"],
+                  request_overhead_s=job.get("request_overhead_s", 0.0), **pair)
     except UserError as e:
         return {"config": cfg, "rejected": "invalid", "reason": str(e)}
     missed = [k for k, v in slos.items() if r.metrics[k] > v]
@@ -370,7 +373,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
-         on_start=None) -> dict:
+         on_start=None, request_overhead_s: float = 0.0) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -406,6 +409,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     job = {"model": model_name, "rate": rate, "slos": slos, "slos_given": given, "workload": workload,
            "max_gpus": max_gpus, "min_probability": min_probability, "pd": bool(pd),
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
+           "request_overhead_s": float(request_overhead_s),
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
@@ -574,7 +578,8 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
                                                             "search_slos": slos}
     return {"model": model.name, "rate": job["rate"], "slos": job.get("slos_given", slos), **extra,
             "workload": job["workload"],
-            "engine": job["engine"], "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
+            "engine": job["engine"], "request_overhead_s": job.get("request_overhead_s", 0.0),
+            "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
             "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,
             "not_tried": skipped}
