@@ -74,13 +74,15 @@ def main():
     for src, case, pub, pred, unit in data:
         groups.setdefault(src, []).append(pred / pub - 1)
         if not args.markdown:
-            print(f"{src:28s} {case:40s} published {pub:8.3g} predicted {pred:8.3g} {unit:8s} {100 * (pred / pub - 1):+6.1f}%")
+            print(f"{src:28s} {case:40s} published {pub:8.3g} predicted {pred:8.3g} {unit:8s} "
+                  f"{100 * (pred / pub - 1):+6.1f}%")
     print()
     print("| published source | n | median abs error | max abs error | bias |")
     print("|---|---|---|---|---|")
     for src, e in groups.items():
         e = np.array(e)
-        print(f"| {src} | {len(e)} | {100 * np.median(abs(e)):.0f}% | {100 * abs(e).max():.0f}% | {100 * np.median(e):+.0f}% |")
+        print(f"| {src} | {len(e)} | {100 * np.median(abs(e)):.0f}% | {100 * abs(e).max():.0f}% | "
+              f"{100 * np.median(e):+.0f}% |")
 
 
 if __name__ == "__main__":

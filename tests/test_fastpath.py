@@ -77,7 +77,8 @@ def test_second_cold_prediction_imports_no_validation_stack(tmp_path, argv, show
             f"sys.argv = ['rooflinesim', *{argv!r}]\n"
             "from rooflinesim.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print([m for m in ('pydantic', 'yaml', 'sympy', 'scipy', 'plotly') if m in sys.modules], file=sys.stderr)\n")
+            "print([m for m in ('pydantic', 'yaml', 'sympy', 'scipy', 'plotly') if m in sys.modules], "
+            "file=sys.stderr)\n")
     env = {**__import__("os").environ, fastpath.ENV_CACHE: str(tmp_path / "c")}
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)

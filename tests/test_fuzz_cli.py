@@ -221,7 +221,8 @@ def test_legal_base_invocations_succeed(path, files):
 
 
 LEGAL = [
-    ("predict", "gemm", "-m", "1", "-n", "4096", "-k", "4096", "--dtype", "int4", "--group-size", "64", "--gpu", "h200"),
+    ("predict", "gemm", "-m", "1", "-n", "4096", "-k", "4096", "--dtype", "int4", "--group-size", "64",
+     "--gpu", "h200"),
     ("predict", "gemm", "-m", str(2**40), "-n", "8192", "-k", "1", "--gpu", "h200", "--json"),
     ("predict", "gemm", "-m", "8192", "-n", "8192", "-k", "8192", "--dtype", "FP8", "--gpu", "NVIDIA H200", "--eager"),
     ("predict", "attention", "--decode", "--seq", "8192", "--kv-heads", "8", "--batch", "64", "--json"),

@@ -7,7 +7,6 @@ the files the project ships (and copies of them) must still be accepted."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 

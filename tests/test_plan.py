@@ -173,7 +173,6 @@ def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp,
     P99s (at a low rate, where they are tightest, and saturated), and its ceiling over the
     simulated saturated throughput, at every pair of limits it searches."""
     import math
-    from dataclasses import replace
 
     from rooflinesim.serve.plan import Config, _simulate
 
@@ -221,9 +220,10 @@ def test_the_cheapest_is_the_cheapest_of_every_configuration_simulated():
     assert meets, "the case should have a deployment that meets the SLOs"
     cheapest = min(x.cost_per_hour for x in meets)
     assert out["best"]["cost_per_hour"] == pytest.approx(cheapest)
-    assert any(Candidate(out["best"]["gpu"], out["best"]["tp"], "bf16", "bf16") == x.candidate
-               and x.replicas == out["best"]["replicas"] and x.max_num_batched_tokens == out["best"]["max_num_batched_tokens"]
-               and x.max_num_seqs == out["best"]["max_num_seqs"] for x in meets)
+    best = out["best"]
+    assert any(Candidate(best["gpu"], best["tp"], "bf16", "bf16") == x.candidate and x.replicas == best["replicas"]
+               and x.max_num_batched_tokens == best["max_num_batched_tokens"]
+               and x.max_num_seqs == best["max_num_seqs"] for x in meets)
 
 
 def test_the_best_has_the_most_room_among_its_limits_at_the_same_cost():

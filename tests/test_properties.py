@@ -16,7 +16,8 @@ dims = st.integers(min_value=1, max_value=1 << 15)
 gemm_dtypes = st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"])
 FITTED_LIKE = Profile(kind="fitted", kernels={"gemm": {"default": GemmParams(
     compute_efficiency=0.8, memory_efficiency=0.85, launch_s=3e-6, corner=3.0, tile_m=128,
-    tile_n=128, k_overhead=64, wave_quantization=True, align8_compute=0.3, align2_compute=0.2, align2_memory=0.4, split_k_ratio=128)}})
+    tile_n=128, k_overhead=64, wave_quantization=True, align8_compute=0.3, align2_compute=0.2, align2_memory=0.4,
+    split_k_ratio=128)}})
 
 
 @given(dims, dims, dims, gemm_dtypes, st.sampled_from([IDEAL, FITTED_LIKE]))

@@ -234,7 +234,8 @@ def test_cutlass_attention_pays_a_fixed_cost_per_block_of_keys():
     base = dict(compute_efficiency=0.25, memory_efficiency=1.0, launch_s=2e-6, tile_m=64,
                 wave_quantization=True, split_kv_max_query=0)
     plain = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": AttentionParams(**base)}})
-    blocks = Profile(kind="fitted", kernels={"attention": {"sdpa-efficient": AttentionParams(**base, key_block_s=2e-6)}})
+    blocks = Profile(kind="fitted",
+                     kernels={"attention": {"sdpa-efficient": AttentionParams(**base, key_block_s=2e-6)}})
 
     def timed(d, prof, batch=1):
         return predict(Attention(batch=batch, heads=16, kv_heads=16, seq_q=1, seq_kv=8192, head_dim=d,

@@ -93,7 +93,8 @@ def test_preemption_in_flight_drops_the_token_and_recomputes():
 def test_every_request_is_served_on_a_pipeline(reqs, budget, seqs, kv, pp):
     t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
     kv = max(kv, int(((i + o + 15) // 16).max()) * 16)
-    r = serve(LLAMA8, H100, FITTED, Deployment(pp=pp), Requests(t - t[0], i, o), max_num_batched_tokens=max(budget, seqs),
+    r = serve(LLAMA8, H100, FITTED, Deployment(pp=pp), Requests(t - t[0], i, o),
+              max_num_batched_tokens=max(budget, seqs),
               max_num_seqs=seqs, kv_tokens=kv)
     s = r.served
     assert r.metrics["completed"] == len(reqs) and np.all(np.isfinite(s.finish_s))

@@ -237,7 +237,8 @@ def test_sweep_is_the_pointwise_prediction():
 
 @pytest.mark.parametrize("model,deploy", [
     ("llama-3.1-8b", dict()), ("llama-3-70b", dict(tp=4, pp=2, sequence_parallel=True, weights="fp8")),
-    ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")), ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
+    ("mixtral-8x7b", dict(tp=2, ep=4, dp=2, attention="fa2")),
+    ("deepseek-v3", dict(tp=8, ep=8, weights="fp8", kv_cache="fp8")),
     ("mistral-7b-v0.1", dict(eager=True)), ("deepseek-v2-lite", dict(attention="naive", weights="int4")),
 ])
 @settings(max_examples=15, deadline=None)
@@ -335,7 +336,8 @@ def test_eager_takes_the_longer_of_host_and_gpu_time():
 
 
 @pytest.mark.parametrize("model,deploy", [
-    ("llama-3.1-8b", dict()), ("mixtral-8x7b", dict(tp=2, weights="fp8")), ("deepseek-v2-lite", dict(attention="naive")),
+    ("llama-3.1-8b", dict()), ("mixtral-8x7b", dict(tp=2, weights="fp8")),
+    ("deepseek-v2-lite", dict(attention="naive")),
 ])
 def test_eager_steps_are_priced_as_eager_layers_are(model, deploy):
     # predict model --eager prices a forward pass as rooflinesim.eager prices a measured

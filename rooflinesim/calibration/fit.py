@@ -164,7 +164,8 @@ def _groups(meas: Measurements, spec) -> list[Group]:
         *[Group(f"copy:{layout}", "memory", f"copy:{layout}",
                 lambda r, layout=layout: r["op"] == "copy" and r.get("layout") == layout,
                 free, inherit=("memory", "copy"))
-          for layout, free in (("strided", ("memory_efficiency", "launch_s")), ("cast", ("memory_efficiency", "launch_s")),
+          for layout, free in (("strided", ("memory_efficiency", "launch_s")),
+                               ("cast", ("memory_efficiency", "launch_s")),
                                ("roll", ("memory_efficiency",)))],
         # a contiguous copy_ in a CUDA graph runs as a memcpy node: its own fixed costs,
         # misaligned paths and a slowdown past a size (benchmarks/copy_modes.py)

@@ -12,7 +12,8 @@ MAX_RATE = 1e6
 
 
 @click.command()
-@click.option("--model", "model_name", required=True, help="A bundled preset, a Hugging Face id, or a config.json path.")
+@click.option("--model", "model_name", required=True,
+              help="A bundled preset, a Hugging Face id, or a config.json path.")
 @click.option("--rate", type=Rate(), required=True, help="Target requests per second.")
 @click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s.")
 @click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
@@ -163,7 +164,8 @@ def _print(out: dict) -> None:
              f"types, {out['configurations']:,} configurations ({settled})"]
     if "min_probability" in out:
         lines.append(f"searched for a probability of {100 * out['min_probability']:.0f}% that each holds: estimates "
-                     "within " + ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms" for k, v in out["search_slos"].items()))
+                     "within " + ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms"
+                                           for k, v in out["search_slos"].items()))
     keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
     heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas (P:D)" if out.get("pd") else "replicas", "GPUs",
              "$/hour", "$/M out tok", *keys, "P(meets SLO)", "profile")

@@ -204,7 +204,8 @@ def _measure(args, argv, cases, suite_names, device, mode, hardware, out, run_id
         opts = Options(out=out, device=device, mode=mode, hardware=hardware, run_id=run_id,
                        suites=suite_names, argv=_public_args(argv), max_cases=args.max_cases,
                        deadline=deadline, resume=not args.no_resume,
-                       retry_failed=args.retry_failed, profile=not args.no_profile and (mode == "graph" or args.profile),
+                       retry_failed=args.retry_failed,
+                       profile=not args.no_profile and (mode == "graph" or args.profile),
                        case_timeout_s=args.case_timeout, quiet=args.quiet,
                        warm_gpu_s=(args.warm_gpu_ms or 0.0) / 1e3,
                        builds=args.builds or (EAGER_BUILDS if mode == "eager" and device == "cuda" else 1))

@@ -435,7 +435,8 @@ def predict_requests(model, spec, profile=None, deploy: Deployment | None = None
     d = deploy or Deployment()
     resolve_attention(d.attention, None, spec)
     batch, prompt, gen = (np.ravel(_whole(w, x)).astype(float) for w, x in zip(
-        ("the batch", "the prompt", "gen"), np.broadcast_arrays(np.asarray(batch), np.asarray(prompt), np.asarray(gen))))
+        ("the batch", "the prompt", "gen"),
+        np.broadcast_arrays(np.asarray(batch), np.asarray(prompt), np.asarray(gen))))
     decode_points = _count("the number of decode points", decode_points)
     m = np.minimum(d.microbatches or d.pp, batch)
     b = np.ceil(batch / m)

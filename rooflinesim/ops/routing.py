@@ -46,7 +46,8 @@ CURVE_EXACT = 64  # the curve holds every token count up to this one,
 CURVE_STEPS = 8  # then this many per doubling,
 CURVE_DOUBLINGS = 24  # up to CURVE_END tokens
 CURVE_END = CURVE_EXACT * 2.0**CURVE_DOUBLINGS  # about 1e9
-_CURVE_OFFSET = CURVE_EXACT - 1 - CURVE_STEPS * np.log2(CURVE_EXACT)  # past CURVE_EXACT, t is at CURVE_STEPS log2(t) + this
+# past CURVE_EXACT, t is at CURVE_STEPS log2(t) + this
+_CURVE_OFFSET = CURVE_EXACT - 1 - CURVE_STEPS * np.log2(CURVE_EXACT)
 
 
 def expected_touched(tokens, experts, top_k):

@@ -58,7 +58,8 @@ def padded(x, tile):
     next power-of-two tile (at least 8), larger ones whole tiles of ``tile``."""
     x = np.asarray(x, dtype=float)
     large = np.ceil(x / tile) * tile
-    if type(x) is np.ndarray and x.ndim and np.count_nonzero(x >= tile) == x.size:  # (no small sizes: often so for widths)
+    # (no small sizes: often so for widths)
+    if type(x) is np.ndarray and x.ndim and np.count_nonzero(x >= tile) == x.size:
         return large
     small = np.maximum(8.0, 2.0 ** np.ceil(np.log2(np.maximum(x, 1.0))))
     return np.where(x < tile, np.minimum(small, tile), large)
