@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .common import FRACTION, MAX_COUNT, Real, Size, UserError, echo, emit_json, json_option, parse_size, table
-from .serve import MAX_LEN, MAX_PROMPTS, Rate
+from .serve import MAX_LEN, MAX_OVERHEAD_S, MAX_PROMPTS, Rate
 
 MAX_RATE = 1e6
 
@@ -56,7 +56,7 @@ MAX_RATE = 1e6
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
-@click.option("--request-overhead", type=Real(min=0, max=10.0), default=0.0, show_default=True,
+@click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=0.0, show_default=True,
               help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
                    "as serve --request-overhead.")
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")

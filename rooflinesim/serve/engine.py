@@ -462,8 +462,8 @@ class _VllmV1(_Sim):
             return False
         j = np.arange(1, k + 1)
         if k <= first:  # (the same batch throughout)
-            counts = None
             dur = self.steps.decode_steps(n, int(_sum(c)) / n + j) + p.step_overhead_s  # (the mean, exactly)
+            parts = [(dur, n)]  # (a run of steps with its batch size)
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
             order = np.argsort(left, kind="stable")
             ranked = left[order].tolist()
@@ -479,20 +479,18 @@ class _VllmV1(_Sim):
                     if a == k or at >= due:
                         break
             dur = np.concatenate([d for d, _ in parts])
-            counts = [m for d, m in parts for _ in range(d.size)]
             k, j = dur.size, j[:dur.size]
         ends = self.now + np.cumsum(dur)
         if due < ends[-1]:
             k = int(np.searchsorted(ends, due, side="left")) + 1  # (the step in which it comes due ends the stretch)
             dur, ends, j = dur[:k], ends[:k], j[:k]
-            if counts is not None:
-                counts = counts[:k]
         if k < 2:
             return False
         log = self.log
         log["start_s"].extend((ends - dur).tolist())
         log["duration_s"].extend(dur.tolist())
-        size = [n] * k if counts is None else counts
+        # (each step's batch, the parts past the stretch's end cut off)
+        size = [n] * k if len(parts) == 1 else [m for d, m in parts for _ in range(d.size)][:k]
         log["tokens"].extend(size)
         log["sequences"].extend(size)
         steps = np.minimum(left, k)  # (each request's steps in the stretch)
@@ -502,15 +500,12 @@ class _VllmV1(_Sim):
         after = before - int(_sum(run.held)) + int(_sum(held[left >= k]))
         log["kv_blocks_used"].extend(np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
-        if counts is None:  # then every later step's, once for each request it serves)
-            self.itl.append((dur[1:], n))
-        else:
-            a = 0
-            for d, m in parts:
-                lo, hi = max(a, 1), min(a + d.size, k)
-                if hi > lo:
-                    self.itl.append((dur[lo:hi], m))
-                a += d.size
+        a = 0  # then every later step's, once for each request it serves)
+        for d, m in parts:
+            lo, hi = max(a, 1), min(a + d.size, k)
+            if hi > lo:
+                self.itl.append((dur[lo:hi], m))
+            a += d.size
         run.computed = c + steps
         run.tokens = run.tokens + steps
         run.generated = run.generated + steps
