@@ -680,7 +680,9 @@ def test_a_front_end_delay_shifts_what_the_client_sees_and_paces_a_closed_loop(e
     assert closed["duration_s"] == pytest.approx(closed0["duration_s"] + 60 * 0.02, rel=1e-6)
 
 
-def test_a_front_end_delay_that_cannot_be_parsed_exits_2():
-    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--rate", "2",
-                            "--num-prompts", "10", "--request-overhead", "-0.1"])
-    assert code == 2 and "--request-overhead" in err
+@pytest.mark.parametrize("command", [["serve", "--rate", "2", "--num-prompts", "10"],
+                                     ["plan", "--rate", "2", "--slo-ttft-p99", "1s", "--gpu", "h200"]])
+@pytest.mark.parametrize("value", ["-0.1", "soon", "nan", "inf", "11"])
+def test_a_front_end_delay_that_cannot_be_parsed_exits_2(command, value):
+    code, _, err = run_cli([*command, "--model", "llama-3.1-8b", "--request-overhead", value])
+    assert code == 2 and "--request-overhead" in err and "Traceback" not in err
