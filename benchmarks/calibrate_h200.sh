@@ -57,6 +57,15 @@
 #                     fp8:scaled_grouped_mm, the bf16 ones check the MoE layers' fit) and
 #                     holdout-grouped-gemm.jsonl (random shapes, looked at once after the fit:
 #                     logs/holdout-grouped-gemm-once.txt; the command before the last four).
+#   block-scaled fp8: calib-block-fp8.jsonl (Triton Linear layers and fused-MoE expert GEMMs
+#                     with 128 x 128 weight blocks, the engines' kernel class for DeepSeek-V3/R1
+#                     and the Qwen3 FP8 checkpoints, at their shapes; they fit the keys
+#                     fp8:triton-block-fp8 and fp8:triton-fused-moe-fp8) and
+#                     holdout-block-fp8.jsonl (random shapes, looked at once after the fit:
+#                     logs/holdout-block-fp8-once.txt; the command after the grouped GEMMs'),
+#                     measured again as holdout-block-fp8-repeat.jsonl (benchmarks/eager_repeat.py
+#                     compares the two). holdout-block-fp8-eager-pick*.jsonl, an earlier pair
+#                     whose tiles were picked by eager timings, are kept, not used.
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
@@ -76,6 +85,7 @@ rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 0 --by backend
 rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/holdout14.jsonl "$d"/random-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/holdout-grouped-gemm.jsonl --gpu h200-sxm --worst 6 --by backend
+rooflinesim validate "$d"/holdout-block-fp8.jsonl --gpu h200-sxm --worst 6 --by op
 rooflinesim validate "$d"/eager-holdout16.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout17.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mode

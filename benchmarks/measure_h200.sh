@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -353,6 +353,31 @@ grouped1)
   run1 holdout-grouped-gemm.jsonl 150 grouped-gemm-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+block1)
+  # one GPU: block-scaled fp8 GEMMs (128 x 128 weight blocks, 1 x 128 activation groups) in
+  # Triton, the kernel class vLLM and SGLang run for DeepSeek-V3/R1 and the Qwen3 FP8
+  # checkpoints: Linear layers and fused-MoE expert GEMMs, each shape's tile configuration
+  # the fastest of the harness's set (each timed in a CUDA graph); calibration (model
+  # shapes) and held out (random)
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-block1.txt
+  rm -f "$out/calib-block-fp8.jsonl" "$out/holdout-block-fp8.jsonl"
+  python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  run1 calib-block-fp8.jsonl 300 block-fp8 graph
+  run1 holdout-block-fp8.jsonl 130 block-fp8-holdout graph
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
+block2)
+  # one GPU: the block-scaled calibration cases block1 had no time left for (the file
+  # resumes), then the held-out set again in a new process: how far a repeat lands
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-block2.txt
+  run1 calib-block-fp8.jsonl 150 block-fp8 graph
+  python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  rm -f "$out/holdout-block-fp8-repeat.jsonl"
+  run1 holdout-block-fp8-repeat.jsonl 200 block-fp8-holdout graph
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 sdpa1)
   # one GPU: the host cost of SDPA calls whose key length is new each call, as a DynamicCache
   # decode makes them (benchmarks/sdpa_new_shape.py), by batch, heads, KV heads and head size
@@ -393,6 +418,8 @@ case $phase in
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
   sdpa1) keep_only sdpa-new-shape.jsonl ;;
   grouped1) keep_only calib-grouped-gemm.jsonl holdout-grouped-gemm.jsonl ;;
+  block1) keep_only calib-block-fp8.jsonl holdout-block-fp8.jsonl ;;
+  block2) keep_only calib-block-fp8.jsonl holdout-block-fp8-repeat.jsonl ;;
   hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
     hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \

@@ -470,3 +470,22 @@ def test_grouped_gemm_suites_hold_cases_the_kernels_take(name):
     calib = {shape(c) for c in suites.suite_cases("grouped-gemm")}
     if name == "grouped-gemm-holdout":
         assert not calib & {shape(c) for c in cases}
+
+
+@pytest.mark.parametrize("name", ["block-fp8", "block-fp8-holdout"])
+def test_block_fp8_suites_hold_cases_the_kernels_take(name):
+    """The Triton builders' preconditions (k in whole 128-element scale groups, topk at most
+    the experts, an input kind) and the size cap, for every case; both ops in each suite,
+    and the held-out set shares no shape with the calibration set."""
+    cases = suites.suite_cases(name)
+    assert {c["op"] for c in cases} == {"block_gemm", "fused_moe"}
+    for c in cases:
+        assert c["dtype"] == "fp8" and c["k"] % 128 == 0, c
+        if c["op"] == "fused_moe":
+            assert 1 <= c["topk"] <= c["experts"] and c["input"] in ("token", "row"), c
+            assert 2 * c["tokens"] * c["topk"] * c["n"] * c["k"] <= suites.GROUPED_MAX_FLOPS
+        records.case_id(c, "graph")  # (every shape field present)
+    shape = lambda c: tuple(c.get(f) for f in ("op", "m", "tokens", "topk", "experts", "n", "k", "input"))  # noqa: E731
+    calib = {shape(c) for c in suites.suite_cases("block-fp8")}
+    if name == "block-fp8-holdout":
+        assert not calib & {shape(c) for c in cases}

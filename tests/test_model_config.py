@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rooflinesim.errors import UnknownName, UserError
 from rooflinesim.models import presets
 from rooflinesim.models.config import ModelConfig, from_hf_dict, load_config
+from rooflinesim.ops import Gemm
 
 PRESETS = presets.preset_names()
 
@@ -468,6 +469,41 @@ def test_quantization_config_gives_the_weights_default(quant, weights):
     assert (warning is None) == (weights is not None)
     if warning:
         assert "bitsandbytes" in warning and "ignored" in warning and "\n" not in warning
+
+
+@pytest.mark.parametrize("block", [[128], [128, 0], "128x128", [128.0, 128], [True, 128]])
+def test_a_malformed_weight_block_size_is_one_sentence(tmp_path, block):
+    from helpers import run_cli
+
+    path = write(tmp_path, {**raw("llama-3-8b"),
+                            "quantization_config": {"quant_method": "fp8", "weight_block_size": block}})
+    code, out, err = run_cli(["predict", "model", "--model", str(path), "--gpu", "h200"])
+    assert code == 2 and "weight_block_size" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fp8_checkpoints_in_blocks_run_the_block_kernels():
+    """A checkpoint whose fp8 weights are stored in 128 x 128 blocks (DeepSeek-V3) prices its
+    Linear layers and experts through the block-scaled kernels; the same weights quantized
+    by the engine (--weights fp8 on a bf16 checkpoint) keep the per-tensor kernels, and the
+    LM head and the router stay bf16."""
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.kernels import Phase, phase_kernels
+    from rooflinesim.ops.gemm import BLOCK_GEMM
+    from rooflinesim.ops.moe import BLOCK_MOE, MoE
+
+    ph = Phase("prefill", batch=1, seq_q=512, seq_kv=512, sequences=1)
+    ds = phase_kernels(load_config("deepseek-v3"), Deployment(tp=8, weights="fp8"), ph)
+    gemms = {k.name: k.args for k in ds if k.cls is Gemm}
+    assert gemms["o_proj"]["backend"] == BLOCK_GEMM and gemms["qkv_a_proj"]["backend"] == BLOCK_GEMM
+    assert gemms["lm_head"]["backend"] == "" and gemms["lm_head"]["dtype"] == "bf16"
+    experts = [k for k in ds if k.name == "moe_experts_gate_up"]
+    assert experts and experts[0].args["backend"] == BLOCK_MOE
+    assert all(k.args["backend"] == "" for k in ds if k.name == "moe_router")
+    llama = phase_kernels(load_config("llama-3-8b"), Deployment(weights="fp8"), ph)
+    assert all(k.args["backend"] == "" for k in llama if k.cls is Gemm)
+    int8 = phase_kernels(load_config("deepseek-v3"), Deployment(tp=8, weights="int8"), ph)
+    assert all(k.args.get("backend", "") == "" for k in int8 if k.cls is Gemm)
+    assert MoE(tokens=8, hidden=64, ffn=32, experts=4, top_k=2).expert_backend == ""
 
 
 def test_deepseek_v3_preset_is_stored_in_fp8():

@@ -253,6 +253,28 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                          ("compute_efficiency", "memory_efficiency", "corner", "k_overhead"),
                          fixed={"tile_m": 128}, inherit=("grouped_gemm", "bf16"),
                          inherit_only=("launch_s", "memory_latency_s", "memory_latency_bytes")))
+    if any(r["op"] == "block_gemm" for r in recs):
+        # Linear layers of checkpoints stored in 128 x 128 fp8 blocks, in the engines'
+        # Triton kernel class (benchmarks/measure_h200.sh block1): no split k, so a few output
+        # tiles walk the whole k in series (k_element_s); the fp8 fit's memory latency size
+        out.append(Group("gemm/fp8:triton-block-fp8", "gemm", "fp8:triton-block-fp8",
+                         lambda r: r["op"] == "block_gemm",
+                         ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
+                          "k_element_s", "memory_latency_s"),
+                         fixed={"tile_m": 64, "tile_n": 128, "split_k_ratio": 0.0}, inherit=("gemm", "fp8"),
+                         inherit_only=("memory_latency_bytes",)))
+    if any(r["op"] == "fused_moe" for r in recs):
+        # the engines' fused MoE kernel over experts stored in 128 x 128 fp8 blocks (block1):
+        # its own rates, k overhead, corner and launch floor; the bf16 grouped GEMM's
+        # memory latency
+        out.append(Group("grouped_gemm/fp8:triton-fused-moe-fp8", "grouped_gemm", "fp8:triton-fused-moe-fp8",
+                         lambda r: r["op"] == "fused_moe",
+                         ("compute_efficiency", "memory_efficiency", "corner", "k_overhead", "launch_s",
+                          "k_element_s"),
+                         # (no 128-row padding: the kernel's row tile follows the rows per
+                         # expert, 16 for a few, and a padded tile's rows cost little then)
+                         fixed={"tile_m": 1}, inherit=("grouped_gemm", "bf16"),
+                         inherit_only=("memory_latency_s", "memory_latency_bytes")))
     if any(r["op"] == "decoder_layer" for r in recs):
         # whole layers fit one thing the kernels alone cannot show: what a GEMM that is
         # not compute-bound costs after other kernels rather than after copies of itself

@@ -125,6 +125,13 @@ class RooflineParams(FamilyParams):
                                  description="fraction of the spec's L2 bandwidth; 0 leaves L2 out")
 
 
+def _k_element_s():
+    return Field(0.0, ge=0, description=(
+        "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
+        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"),
+        json_schema_extra=_fit(1e-10, 1e-13, 1e-8, 1e-11, log=True, unit="s"))
+
+
 class GemmParams(RooflineParams):
     """GEMMs (family ``gemm``, keyed by dtype, and dtype:regime for misaligned strides):
     tiles, k fill, waves, alignment classes, split k, the serial k walk."""
@@ -153,10 +160,7 @@ class GemmParams(RooflineParams):
     cta_share: float = Field(1.0, gt=0, le=1.0, description=(
         "GEMM, tiled regimes: fraction of an SM's rate a lone thread block reaches"),
         json_schema_extra=_fit(0.5, 0.01, 1.0, 0.1, unit="1"))
-    k_element_s: float = Field(0.0, ge=0, description=(
-        "GEMM: latency per element of k that one thread block walks in series (for 16-bit "
-        "operands; scaled by their bytes); bounds GEMMs with few output tiles and a long k"),
-        json_schema_extra=_fit(1e-10, 1e-13, 1e-8, 1e-11, log=True, unit="s"))
+    k_element_s: float = _k_element_s()
     split_k_s: float = Field(0.0, ge=0, description=(
         "GEMM: fixed cost of a split k beyond the second launch (partial tiles, reduction)"),
         json_schema_extra=_fit(1e-6, 0.0, 5e-5, 1e-7, unit="s"))
@@ -247,10 +251,12 @@ class RowParams(RooflineParams):
 
 
 class GroupedGemmParams(RooflineParams):
-    """MoE grouped GEMMs (family ``grouped_gemm``, keyed by dtype): row tiles and k fill."""
+    """MoE grouped GEMMs (family ``grouped_gemm``, keyed by dtype): row tiles, k fill and
+    the serial k walk."""
 
     tile_m: int = _tile_m()
     k_overhead: float = _k_overhead()
+    k_element_s: float = _k_element_s()
 
 
 class SequenceParams(FamilyParams):

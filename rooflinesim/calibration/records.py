@@ -18,7 +18,7 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 # Record fields of a known type: text (or null), true/false (or null), numbers.
 _TEXT = ("status", "dtype", "backend", "hardware", "run_id", "impl", "routing", "mode", "case_id")
 _FLAGS = ("graph", "causal")
-_NOT_NUMBERS = ("causal", "routing", "mode")
+_NOT_NUMBERS = ("causal", "routing", "mode", "input")
 _LARGEST = 1e18  # no shape or byte count of one kernel comes near
 
 
@@ -228,6 +228,7 @@ def to_op(rec: dict):
     """The op a record measured."""
     from ..attention_kernels import from_record
     from ..ops import Attention, Collective, Copy, Gemm, MoE, Norm
+    from ..ops.gemm import BLOCK_GEMM
     from ..ops.memory import COPY_LAYOUTS
 
     op = rec["op"]
@@ -254,6 +255,17 @@ def to_op(rec: dict):
             backend = rec.get("backend", "")
             return GroupedGemm(rows=r, n=n, k=k, experts=e, dtype=rec.get("dtype", "bf16"), name="grouped_gemm",
                                backend="" if backend == "grouped_mm" else backend)
+        if op == "block_gemm":
+            m, n, k = _need(rec, "m", "n", "k")
+            return Gemm(m=m, n=n, k=k, dtype="fp8", backend=rec.get("backend", BLOCK_GEMM))
+        if op == "fused_moe":
+            from ..ops.moe import BLOCK_MOE, GroupedGemm
+
+            t, topk, n, k = _need(rec, "tokens", "topk", "n", "k")
+            # (the experts that drew rows and their 128-row tiles, as the record counts them)
+            return GroupedGemm(rows=t * topk, n=n, k=k, experts=rec.get("experts_touched", rec.get("experts", 1)),
+                               row_tiles=rec.get("row_tiles_128"), dtype="fp8", name="fused_moe",
+                               backend=rec.get("backend", BLOCK_MOE))
         if op in COLLECTIVES:
             nbytes, ws = _need(rec, "bytes", "world_size")
             return Collective(kind=op, bytes=nbytes, world_size=ws, dtype=rec.get("dtype", "bf16"))

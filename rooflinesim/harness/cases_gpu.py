@@ -318,6 +318,150 @@ def build_grouped_gemm(torch, c, device, sets):
     return Built(fn, backend=backend, extra={"check_rel_error": round(err, 6)})
 
 
+# ------------------------------------------------------------ block-scaled fp8 (Triton)
+
+BLOCK = 128  # the checkpoints' scale block (1 x 128 activation groups, 128 x 128 weight blocks)
+
+
+def _quantize_groups(torch, x):
+    """e4m3 values and one fp32 scale per 1 x 128 group along the last dimension of x
+    (its size a multiple of 128)."""
+    g = x.float().reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
+    s = g.abs().amax(dim=-1).clamp(min=1e-12) / 448.0
+    return (g / s.unsqueeze(-1)).to(torch.float8_e4m3fn).reshape(x.shape), s
+
+
+def _quantize_blocks(torch, w):
+    """e4m3 values and one fp32 scale per 128 x 128 block of the last two dimensions of
+    w [..., n, k] (k a multiple of 128; n padded to whole blocks, then cut back)."""
+    *lead, n, k = w.shape
+    nb = -(-n // BLOCK)
+    full = torch.zeros(*lead, nb * BLOCK, k, device=w.device, dtype=torch.float32)
+    full[..., :n, :] = w.float()
+    b = full.reshape(*lead, nb, BLOCK, k // BLOCK, BLOCK)
+    s = b.abs().amax(dim=(-3, -1)).clamp(min=1e-12) / 448.0
+    q = (b / s[..., :, None, :, None]).to(torch.float8_e4m3fn).reshape(*lead, nb * BLOCK, k)
+    return q[..., :n, :].contiguous(), s.contiguous()
+
+
+def _dequantized(x, s, rows_per_scale):
+    """x (e4m3) times its scales, as fp32: ``rows_per_scale`` 1 (activation groups) or 128
+    (weight blocks) along the second-last dimension."""
+    f = s.repeat_interleave(BLOCK, dim=-1)[..., :x.shape[-1]]
+    if rows_per_scale > 1:
+        f = f.repeat_interleave(rows_per_scale, dim=-2)[..., :x.shape[-2], :]
+    return x.float() * f
+
+
+def _fastest_config(fns):
+    """The key of the fastest of {config: fn()}, each timed by Triton's bench loop over a
+    CUDA graph of its calls (the engines' tuning step; timed eagerly, kernels of a few
+    microseconds would be ranked by their launches): the harness then times the winner as
+    it times everything."""
+    from triton.testing import do_bench_cudagraph
+
+    times = {cfg: do_bench_cudagraph(fn, rep=20) for cfg, fn in fns.items()}
+    return min(times, key=times.get), times
+
+
+def block_gemm_set_bytes(c):
+    return c["m"] * c["k"] + c["n"] * c["k"] + 4 * (c["m"] + c["n"]) * c["k"] // BLOCK
+
+
+def build_block_gemm(torch, c, device, sets):
+    """A Linear layer of a checkpoint with 128 x 128 fp8 weight blocks, as vLLM's and
+    SGLang's Triton kernel runs it (``triton_fp8.block_gemm``): activations quantized per
+    1 x 128 group before timing, bf16 out; the tile configuration the fastest for the
+    shape. Checked against an fp32 product of the dequantized operands."""
+    m, n, k = c["m"], c["n"], c["k"]
+    if c.get("dtype", "fp8") != "fp8" or min(m, n, k) < 1 or k % BLOCK:
+        raise ValueError(f"block gemm needs fp8, positive sizes and k a multiple of {BLOCK}, got {c}")
+    from . import triton_fp8
+
+    a, sa, w, sw = [], [], [], []
+    for _ in range(sets):
+        q, s = _quantize_groups(torch, randn(torch, (m, k), "bf16", device))
+        a.append(q)
+        sa.append(s)
+        q, s = _quantize_blocks(torch, randn(torch, (n, k), "bf16", device, k ** -0.5))
+        w.append(q)
+        sw.append(s)
+    out = [torch.empty(m, n, device=device, dtype=torch.bfloat16) for _ in range(sets)]
+    configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * m)]
+    best, times = _fastest_config({cfg: (lambda cfg=cfg: triton_fp8.block_gemm(a[0], sa[0], w[0], sw[0], out[0], cfg))
+                                   for cfg in configs})
+
+    def fn(i):
+        j = i % sets
+        return triton_fp8.block_gemm(a[j], sa[j], w[j], sw[j], out[j], best)
+    ref = _dequantized(a[0], sa[0], 1) @ _dequantized(w[0], sw[0], BLOCK).t()
+    err = float((fn(0).float() - ref).norm() / ref.norm().clamp(min=1e-30))
+    if not err < 3e-2:
+        raise RuntimeError(f"block gemm result off its reference: relative error {err:.3g}")
+    return Built(fn, backend="triton-block-fp8",
+                 extra={"check_rel_error": round(err, 6), "config": list(best), "configs_tried": len(configs)})
+
+
+def fused_moe_set_bytes(c):
+    rows = c["tokens"] * (c["topk"] if c["input"] == "row" else 1)
+    return rows * c["k"] + c["experts"] * c["n"] * c["k"]
+
+
+def build_fused_moe(torch, c, device, sets):
+    """One expert GEMM of an MoE layer whose experts are stored in 128 x 128 fp8 blocks,
+    as the engines' fused MoE Triton kernel runs it (``triton_fp8.fused_moe``): each of
+    ``tokens`` tokens picks ``topk`` distinct experts of ``experts`` uniformly at random
+    (seeded), the routed rows are sorted by expert and padded to the row tile before
+    timing (the engines' align step, a kernel of its own), and the GEMM reads each
+    token's row (``input`` "token": gate and up) or each routed row (``input`` "row":
+    down, times its routing weight). The tile configuration is the fastest for the
+    shape. A sample of routed rows is checked against fp32 products."""
+    t, topk, e, n, k, kind = c["tokens"], c["topk"], c["experts"], c["n"], c["k"], c["input"]
+    if min(t, topk, e, n, k) < 1 or topk > e or k % BLOCK or kind not in ("token", "row"):
+        raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of {BLOCK} "
+                         f"and input 'token' or 'row', got {c}")
+    from . import triton_fp8
+
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1234 + t)
+    choices = torch.rand(t, e, device=device, generator=gen).topk(topk, dim=1).indices.to(torch.int32)
+    rows = t * (topk if kind == "row" else 1)
+    a, sa, w, sw = [], [], [], []
+    for _ in range(sets):
+        q, s = _quantize_groups(torch, randn(torch, (rows, k), "bf16", device))
+        a.append(q)
+        sa.append(s)
+        q, s = _quantize_blocks(torch, randn(torch, (e, n, k), "bf16", device, k ** -0.5))
+        w.append(q)
+        sw.append(s)
+    weights = torch.rand(t * topk, device=device, dtype=torch.float32) if kind == "row" else None
+    out = [torch.zeros(t * topk, n, device=device, dtype=torch.bfloat16) for _ in range(sets)]
+    routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in triton_fp8.CONFIGS}}
+
+    def run(j, cfg):
+        return triton_fp8.fused_moe(a[j], sa[j], w[j], sw[j], out[j], routes[cfg[0]], cfg, kind == "token", weights)
+    configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
+    best, times = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
+
+    def fn(i):
+        return run(i % sets, best)
+    got = fn(0).float()
+    pick = torch.randperm(t * topk, device=device, generator=gen)[:64]
+    a0 = _dequantized(a[0], sa[0], 1)
+    ref = torch.stack([(a0[r // topk if kind == "token" else r]
+                        @ _dequantized(w[0][choices.reshape(-1)[r]], sw[0][choices.reshape(-1)[r]], BLOCK).t())
+                       * (weights[r] if weights is not None else 1.0) for r in pick.tolist()])
+    err = float((got[pick] - ref).norm() / ref.norm().clamp(min=1e-30))
+    if not err < 3e-2:
+        raise RuntimeError(f"fused moe result off its reference: relative error {err:.3g}")
+    counts = torch.bincount(choices.reshape(-1).long(), minlength=e)
+    return Built(fn, backend="triton-fused-moe-fp8",
+                 extra={"check_rel_error": round(err, 6), "config": list(best), "configs_tried": len(configs),
+                        "experts_touched": int((counts > 0).sum()), "routed_rows": t * topk,
+                        "row_tiles_128": int(((counts + 127) // 128).sum()),
+                        "padded_rows": int(routes[best[0]][0].numel())})
+
+
 # --------------------------------------------------------------------------- memory
 
 def copy_set_bytes(c):
@@ -458,6 +602,8 @@ BUILDERS = {
     "attention": (attention_set_bytes, build_attention),
     "moe": (moe_set_bytes, build_moe),
     "grouped_gemm": (grouped_gemm_set_bytes, build_grouped_gemm),
+    "block_gemm": (block_gemm_set_bytes, build_block_gemm),
+    "fused_moe": (fused_moe_set_bytes, build_fused_moe),
     "copy": (copy_set_bytes, build_copy),
     "rmsnorm": (rmsnorm_set_bytes, build_rmsnorm),
     "decoder_layer": (decoder_set_bytes, build_decoder_layer),

@@ -31,6 +31,8 @@ SHAPE_FIELDS = {
     "attention": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal"),
     "moe": ("tokens", "hidden", "ffn", "experts", "top_k", "routing"),
     "grouped_gemm": ("rows", "n", "k", "experts"),
+    "block_gemm": ("m", "n", "k"),
+    "fused_moe": ("tokens", "topk", "experts", "n", "k", "input"),
     "allreduce": ("bytes", "world_size"),
     "allgather": ("bytes", "world_size"),
     "reducescatter": ("bytes", "world_size"),

@@ -436,6 +436,57 @@ def grouped_gemm_suite():
     return cases
 
 
+def block_gemm(m, n, k):
+    return {"op": "block_gemm", "dtype": "fp8", "m": m, "n": n, "k": k, "backend": "triton-block-fp8"}
+
+
+def fused_moe(tokens, topk, experts, n, k, input_rows):
+    return {"op": "fused_moe", "dtype": "fp8", "tokens": tokens, "topk": topk, "experts": experts,
+            "n": n, "k": k, "input": input_rows, "backend": "triton-fused-moe-fp8"}
+
+
+# the Linear layers (n, k) of checkpoints stored in 128 x 128 fp8 blocks, per GPU:
+# DeepSeek-V3/R1 at TP 8 (fused q_a and kv_a, q_b, kv_b, o, the shared expert's and the
+# dense layers' MLPs) and Qwen3-235B-A22B-FP8 at TP 4 (qkv, o)
+BLOCK_LINEARS = [(2112, 7168), (3072, 1536), (4096, 512), (7168, 2048), (512, 7168), (7168, 256),
+                 (4608, 7168), (7168, 2304), (2560, 4096), (4096, 2048)]
+# their expert GEMMs (experts, topk, n, k, input): DeepSeek at TP 8, Qwen3-235B at TP 4,
+# Qwen3-30B-A3B at TP 1
+BLOCK_EXPERTS = [(256, 8, 512, 7168, "token"), (256, 8, 7168, 256, "row"),
+                 (128, 8, 768, 4096, "token"), (128, 8, 4096, 384, "row"),
+                 (128, 8, 1536, 2048, "token"), (128, 8, 2048, 768, "row")]
+BLOCK_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def block_fp8_suite():
+    """Calibration: block-scaled fp8 Linear layers and expert GEMMs (Triton, the engines'
+    kernel class) at the shapes of BLOCK_LINEARS and BLOCK_EXPERTS, from one token to
+    16,384."""
+    cases = [block_gemm(m, n, k) for n, k in BLOCK_LINEARS for m in BLOCK_ROWS]
+    cases += [fused_moe(t, topk, e, n, k, kind) for e, topk, n, k, kind in BLOCK_EXPERTS for t in BLOCK_ROWS]
+    return cases
+
+
+def block_fp8_holdout_suite(seed=80309):
+    """Held out: block-scaled fp8 Linear layers and expert GEMMs of random widths, expert
+    counts and token counts (a seed no other suite uses)."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < 40:
+        n, k = rng.choice(range(256, 16385, 128)), rng.choice(range(256, 8193, 128))
+        m = _log_uniform(rng, 1, 16384)
+        if 2 * m * n * k <= GROUPED_MAX_FLOPS:
+            cases.append(block_gemm(m, n, k))
+    while len(cases) < 80:
+        e = rng.choice((64, 128, 256))
+        topk = rng.choice((4, 6, 8))
+        n, k = rng.choice(range(256, 8193, 128)), rng.choice(range(256, 8193, 128))
+        t = _log_uniform(rng, 1, 16384)
+        if 2 * t * topk * n * k <= GROUPED_MAX_FLOPS and e * n * k <= 2 ** 30:
+            cases.append(fused_moe(t, topk, e, n, k, rng.choice(("token", "row"))))
+    return cases
+
+
 def grouped_gemm_holdout_suite(seed=60221):
     """Held out: expert GEMMs of random widths, expert counts and routed rows (a seed no
     other suite uses), fp8 and bf16."""
@@ -728,6 +779,8 @@ _SUITES = {
     "moe-random": moe_random_suite,
     "grouped-gemm": grouped_gemm_suite,
     "grouped-gemm-holdout": grouped_gemm_holdout_suite,
+    "block-fp8": block_fp8_suite,
+    "block-fp8-holdout": block_fp8_holdout_suite,
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,

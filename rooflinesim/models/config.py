@@ -69,6 +69,10 @@ class ModelConfig(BaseModel, ModelFacts):
     quantized_weights: str | None = Field(None, description=(
         "the weight dtype quantization_config stands for (fp8, int8, int4), None when there is "
         "none or rooflinesim does not model the method"))
+    weight_block_size: tuple[int, int] | None = Field(None, description=(
+        "quantization_config.weight_block_size of fp8 checkpoints: weights scaled per block of "
+        "[n, k] elements (DeepSeek-V3/R1, the Qwen3 FP8 releases: 128 x 128), which engines "
+        "run through block-scaled kernels; None: one scale per tensor or channel"))
 
     qkv_bias: bool = Field(False, description="bias on q, k, v (MLA: on q_a and kv_a)")
     o_bias: bool = False
@@ -380,13 +384,20 @@ def _quantization(r: _Reader) -> dict:
     if method is not None and not isinstance(method, str):
         raise r.fail("quantization_config.quant_method", f"must be a string, got {shorten(method)}")
     method = method.lower() if method else None
-    weights = None
+    weights, block = None, None
     if method in _QUANT_FP8:
         weights = "fp8"
+        block = q.get("weight_block_size")
+        if block is not None:
+            if not (isinstance(block, list) and len(block) == 2
+                    and all(type(b) is int and b >= 1 for b in block)):
+                raise r.fail("quantization_config.weight_block_size",
+                             f"must be two positive whole numbers, got {shorten(block)}")
+            block = tuple(block)
     elif method in _QUANT_GROUPED:
         bits = q.get("bits", q.get("w_bit", 4))
         weights = {4: "int4", 8: "int8"}.get(bits) if type(bits) is int else None
-    return {"weight_quant_method": method, "quantized_weights": weights}
+    return {"weight_quant_method": method, "quantized_weights": weights, "weight_block_size": block}
 
 
 def _window(r: _Reader, family: _Family) -> dict:

@@ -42,9 +42,9 @@ import numpy as np
 from ..dtypes import bytes_per_element
 from ..ops.attention import Attention
 from ..ops.collectives import Collective
-from ..ops.gemm import Gemm
+from ..ops.gemm import BLOCK_GEMM, Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
-from ..ops.moe import MoE
+from ..ops.moe import BLOCK_MOE, MoE
 from .deploy import Deployment, shard
 
 __all__ = ["Kernel", "Phase", "eager_layer_kernels", "phase_kernels"]
@@ -104,10 +104,13 @@ class _Shapes:
         self.act, self.ab = d.activations, bytes_per_element(d.activations)
         self.sp = d.sequence_parallel and d.tp > 1
         self.norm_rows = np.ceil(self.T / d.tp) if self.sp else self.T
+        # fp8 weights stored in blocks (the checkpoint's own fp8): the engines' block-scaled kernels
+        self.blocks = d.weights == "fp8" and getattr(model, "weight_block_size", None) is not None
 
     def gemm(self, name, m, n, k, dtype=None, batch=1, **kw) -> Kernel:
-        return Kernel(name, Gemm, dict(m=m, n=n, k=k, batch=batch, dtype=dtype or self.d.weights,
-                                       group_size=self.d.group_size), **kw)
+        dtype = dtype or self.d.weights
+        return Kernel(name, Gemm, dict(m=m, n=n, k=k, batch=batch, dtype=dtype, group_size=self.d.group_size,
+                                       backend=BLOCK_GEMM if dtype == "fp8" and self.blocks else ""), **kw)
 
     def norm(self, name, width, rows=None, **kw) -> Kernel:
         rows = self.norm_rows if rows is None else rows
@@ -255,7 +258,8 @@ def _moe(s: _Shapes) -> list[Kernel]:
     m = s.model
     op = MoE(tokens=s.T * s.sh.moe_token_factor, hidden=s.h, ffn=s.sh.expert_ffn,
              experts=m.num_experts, top_k=m.num_experts_per_tok, dtype=s.d.weights,
-             act_dtype=s.act, ep=s.d.ep, routing_kernels=3, eager=False)
+             act_dtype=s.act, ep=s.d.ep, routing_kernels=3, eager=False,
+             expert_backend=BLOCK_MOE if s.blocks else "")
     # ep <= tp: every rank of the TP group already holds every token, so the experts'
     # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
     skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()

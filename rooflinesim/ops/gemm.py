@@ -31,6 +31,11 @@ FORMATS = {
     "int4": ("bf16", "int4", "bf16", "bf16"),
 }
 
+# the kernel of fp8 checkpoints stored in 128 x 128 weight blocks (DeepSeek-V3/R1, the
+# Qwen3 FP8 releases), as vLLM and SGLang run them: Triton, scales applied per k step;
+# measured on its own (the harness's block_gemm) and fitted under its own key
+BLOCK_GEMM = "triton-block-fp8"
+
 # Nominal output tile of a tensor-core GEMM (a hardware-free default; a calibration
 # profile may choose another): 128 x 128 is what cuBLAS/CUTLASS use for large shapes.
 TILE_M = 128
@@ -46,6 +51,10 @@ class Gemm(Op):
     dtype: str = "bf16"
     group_size: int = 128  # int4 only: weights per scale along k
     name: str = ""  # what the GEMM is in a model (qkv_proj, lm_head, ...)
+    # the kernel, where one was measured on its own and fitted under its own key
+    # ("triton-block-fp8": fp8 with 128 x 128 weight blocks, as vLLM and SGLang run
+    # block-quantized checkpoints); "": the library's kernels for the dtype
+    backend: str = ""
 
     family: ClassVar[str] = "gemm"
 

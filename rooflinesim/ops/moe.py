@@ -27,6 +27,11 @@ from ..work import Work, total
 from .base import Op, check_choice, check_positive
 from .collectives import Collective
 from .gemm import FORMATS, TILE_M, Gemm
+
+# the engines' fused MoE kernel for experts stored in 128 x 128 fp8 blocks (Triton: rows
+# sorted by expert and padded to the row tile by an align step, a kernel of its own);
+# measured on its own (the harness's fused_moe) and fitted under its own key
+BLOCK_MOE = "triton-fused-moe-fp8"
 from .memory import Bookkeeping, Elementwise, Gather, Norm
 from .routing import expected_busiest, expected_touched
 
@@ -66,7 +71,9 @@ class GroupedGemm(Op):
             tensor_flops={rate: 2 * self.rows * self.n * self.k},
             hbm_bytes=self.rows * self.k * a + self.experts * self.n * self.k * w
             + self.rows * self.n * c,
-            kernels=2,  # the problem-size setup kernel, then the grouped GEMM
+            # PyTorch's: the problem-size setup kernel, then the grouped GEMM; the
+            # engines' fused kernel reads the align step's sorted rows (a kernel of its own)
+            kernels=1 if self.backend == BLOCK_MOE else 2,
         )
 
 
@@ -103,6 +110,9 @@ class MoE(Op):
     # index_add that reads and writes an output row for each routed row; False: an
     # engine's fused kernels
     eager: bool = True
+    # the expert GEMMs' kernel (GroupedGemm.backend): BLOCK_MOE for experts stored in
+    # 128 x 128 fp8 blocks, as the engines run them; "": the dtype's fit
+    expert_backend: str = ""
     name: str = ""
 
     family: ClassVar[str] = "moe"
@@ -204,6 +214,7 @@ class MoE(Op):
                                                         world_size=self.ep, name="ep_dispatch")))
         out.append(("experts_gate_up", GroupedGemm, dict(rows=rows, n=2 * f, k=h, experts=experts_here,
                                                          dtype=self.dtype, row_tiles=tiles,
+                                                         backend=self.expert_backend,
                                                          name="experts_gate_up")))
         if self.eager:
             out += [("experts_silu", Elementwise, dict(elements=rows * f, kind="silu", dtype=ad,
@@ -215,6 +226,7 @@ class MoE(Op):
                                                          name="experts_act")))
         out.append(("experts_down", GroupedGemm, dict(rows=rows, n=h, k=f, experts=experts_here,
                                                       dtype=self.dtype, row_tiles=tiles,
+                                                      backend=self.expert_backend,
                                                       name="experts_down")))
         if self.eager:
             out.append(("combine_weights", Elementwise, dict(elements=local_routed * h, kind="scale",

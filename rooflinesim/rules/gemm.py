@@ -168,7 +168,7 @@ def _gemm_choice(op: Gemm, spec, profile):
     the common case)."""
     _require(spec, op.math_rate, f"a {op.dtype} GEMM")
     keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
-    p = profile.params("gemm", *keys)
+    p = profile.params("gemm", *((f"{op.dtype}:{op.backend}",) if op.backend else ()), *keys)
     # misaligned strides run other kernels (seen in the kernel names: CUTLASS sm80
     # tensor-op and WMMA kernels for 4-8 bytes; sm75 tensor-op and GEMV kernels for 2
     # bytes or less): their own parameters where fitted, else the aligned ones with
@@ -369,4 +369,8 @@ def grouped_gemm_terms(op: GroupedGemm, spec, profile) -> KernelTerms:
         losses["tile_padding"] = pad
     if p.k_overhead:
         scale = scale * (op.k + p.k_overhead) / op.k
-    return KernelTerms(op.work(), p, compute_scale=scale, losses=losses)
+    extra = 0.0
+    if p.k_element_s:  # (each output tile walks its expert's whole k in series)
+        extra = np.asarray(op.k) * _k_step_bytes(op) * p.k_element_s
+        losses["k_serial_s"] = extra
+    return KernelTerms(op.work(), p, compute_scale=scale, losses=losses, extra_s=extra)
