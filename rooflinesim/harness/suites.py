@@ -804,6 +804,9 @@ def suite_cases(name):
 # calibrated model: `rooflinesim harness run --list`)
 EST_CASE_OVERHEAD_S = 0.25  # allocation, warm-up, capture, profiler pass, record
 EST_COLLECTIVE_STARTUP_S = 20.0  # process spawn and NCCL communicator setup, once
+# ops that time their tile configurations (in CUDA graphs) before the case: about a second
+# more a case (measure_h200.sh block1 and block2: 1.1-1.4 s a case in all)
+EST_CONFIG_PICK_S = {"block_gemm": 1.0, "fused_moe": 1.0}
 
 
 def estimate_case_s(call_s: float) -> float:
@@ -823,6 +826,7 @@ def estimate_suite_s(cases, call_s, world_size=2):
     ``call_s(cases, world_size)`` prices one call of each."""
     run = [c for c in cases if c["op"] not in COLLECTIVE_OPS or world_size >= 2]
     total = sum(estimate_case_s(t) for t in call_s(run, world_size)) if run else 0.0
+    total += sum(EST_CONFIG_PICK_S.get(c["op"], 0.0) for c in run)
     if world_size >= 2 and any(c["op"] in COLLECTIVE_OPS for c in cases):
         total += EST_COLLECTIVE_STARTUP_S
     return total
