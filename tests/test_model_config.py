@@ -531,3 +531,15 @@ def test_fit_and_predict_take_the_configs_quantization_unless_told(tmp_path):
 def test_sizes_are_bounded(key, value, bound):
     with pytest.raises(UserError, match=f"'{key}' must be at most {bound}"):
         from_hf_dict({**raw("llama-3-8b"), key: value}, name="huge")
+
+
+def test_the_weights_line_says_when_fp8_is_stored_in_blocks():
+    from helpers import run_cli
+
+    code, out, _ = run_cli(["predict", "model", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8"])
+    assert code == 0 and "fp8 weights (128 x 128 blocks)," in out.splitlines()[0]
+    code, out, _ = run_cli(["predict", "model", "--model", "llama-3-8b", "--gpu", "h200", "--weights", "fp8"])
+    assert code == 0 and "fp8 weights," in out.splitlines()[0] and "blocks" not in out.splitlines()[0]
+    code, out, _ = run_cli(["serve", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--rate", "2",
+                            "--num-prompts", "4", "--input-len", "64", "--output-len", "4", "--json"])
+    assert code == 0 and json.loads(out)["weight_block_size"] == [128, 128]

@@ -154,7 +154,7 @@ def _print(r, prof, how, fused=None) -> None:
 
     d = r.deployment
     rates, mem = r.rates(), r.memory()
-    out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe())}) "
+    out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe(), r.model.weight_block_size)}) "
            f"[profile: {profile_label(prof)}]"]
     view = "CUDA graph (kernel sum)"
     if d.eager:

@@ -110,15 +110,18 @@ class Deployment:
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
-    def describe(self, attention: str | None = None) -> str:
-        """``attention``: the kernel the attention runs, where the GPU is known."""
+    def describe(self, attention: str | None = None, weight_blocks=None) -> str:
+        """``attention``: the kernel the attention runs, where the GPU is known;
+        ``weight_blocks``: the checkpoint's fp8 scale blocks ([n, k]), where it has them."""
         par = [f"tp {self.tp}"] + [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep),
                                                             ("dp", self.dp)) if v > 1]
         if self.sequence_parallel:
             par.append("sequence parallel")
         w = self.weights + (f" (w4a16, group {self.group_size})" if self.weights == "int4" else "")
+        blocks = (f" ({weight_blocks[0]} x {weight_blocks[1]} blocks)"  # (the engines' block-scaled kernels)
+                  if self.weights == "fp8" and weight_blocks else "")
         hf = (f"; transformers' eager kernels, {self.hf_cache} cache" if self.kernels == "hf" else "")
-        return (f"{', '.join(par)}; {w} weights, {self.activations} activations, "
+        return (f"{', '.join(par)}; {w} weights{blocks}, {self.activations} activations, "
                 f"{self.kv_cache} KV cache, "
                 f"{attention or (self.attention or 'the GPU default') + ' attention'}{hf}")
 
