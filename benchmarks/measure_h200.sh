@@ -53,6 +53,12 @@ run1() {  # run1 FILE BUDGET SUITE MODE: one single-GPU suite into $out/FILE, lo
     --out "$out/$1" --time-budget "$2" >>"$out/$log" 2>&1
 }
 
+versions() {  # the software that measures, into $out/$log (Triton's too, where the image has it)
+  python3 -c "import importlib.util, torch; print('torch', torch.__version__, torch.version.cuda,
+      *(['triton', __import__('triton').__version__] if importlib.util.find_spec('triton') else []),
+      torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+}
+
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
   --format=csv >"$out/nvidia-smi.csv" 2>&1
 
@@ -348,7 +354,7 @@ grouped1)
   # shapes) and a held-out set of random shapes, each looked at once after the fit
   export CUDA_VISIBLE_DEVICES=0
   log=log-grouped1.txt
-  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  versions
   run1 calib-grouped-gemm.jsonl 240 grouped-gemm graph
   run1 holdout-grouped-gemm.jsonl 150 grouped-gemm-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
@@ -362,7 +368,7 @@ block1)
   export CUDA_VISIBLE_DEVICES=0
   log=log-block1.txt
   rm -f "$out/calib-block-fp8.jsonl" "$out/holdout-block-fp8.jsonl"
-  python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  versions
   run1 calib-block-fp8.jsonl 300 block-fp8 graph
   run1 holdout-block-fp8.jsonl 130 block-fp8-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
@@ -373,7 +379,7 @@ block2)
   export CUDA_VISIBLE_DEVICES=0
   log=log-block2.txt
   run1 calib-block-fp8.jsonl 150 block-fp8 graph
-  python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name())" >>"$out/$log" 2>&1
+  versions
   rm -f "$out/holdout-block-fp8-repeat.jsonl"
   run1 holdout-block-fp8-repeat.jsonl 200 block-fp8-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"

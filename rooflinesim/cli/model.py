@@ -154,8 +154,8 @@ def _print(r, prof, how, fused=None) -> None:
 
     d = r.deployment
     rates, mem = r.rates(), r.memory()
-    out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({d.describe(r.attention_kernel.describe(), r.model.weight_block_size)}) "
-           f"[profile: {profile_label(prof)}]"]
+    how_run = d.describe(r.attention_kernel.describe(), r.model.weight_block_size)
+    out = [f"{r.model.name} on {d.gpus} x {r.spec.name} ({how_run}) [profile: {profile_label(prof)}]"]
     view = "CUDA graph (kernel sum)"
     if d.eager:
         view = (f"eager launches, {format_seconds(host_per_launch(d, prof))} host time each"

@@ -348,7 +348,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
         load = f"{head['dataset']} request lengths ({head['dataset_source']}, {head['dataset_license']}), {sent}"
     if head.get("max_concurrency"):
         load += f", at most {head['max_concurrency']} in flight"
-    out = [f"{head['model']} on {d.gpus} x {spec.name} ({d.describe(weight_blocks=head.get('weight_block_size'))}) [profile: {head['profile']}]",
+    how_run = d.describe(weight_blocks=head.get("weight_block_size"))
+    out = [f"{head['model']} on {d.gpus} x {spec.name} ({how_run}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
            f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
@@ -363,7 +364,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                 f"{x['decode_replicas'] * x['decode_gpus_per_replica']} x {x['decode_gpu']}")
         decode_tp = f"; decode tp {head['decode_tp']}" if head.get("decode_tp") else ""
         out[0] = (f"{head['model']} on {gpus}: {x['prefill_replicas']} prefill and {x['decode_replicas']} decode "
-                  f"replicas ({d.describe(weight_blocks=head.get('weight_block_size'))}{decode_tp}) [profile: {head['profile']}]")
+                  f"replicas ({how_run}{decode_tp}) [profile: {head['profile']}]")
         out[1] += (f" (decode replicas; prefill replicas {x['prefill_kv_cache_tokens']:,} KV tokens); each prompt's KV "
                    f"moved in {x['mean_kv_pull_ms']:.3g} ms on average after its prefill "
                    f"({x['mean_kv_bytes_per_request'] / 1e6:,.0f} MB per GPU at "

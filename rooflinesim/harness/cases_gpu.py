@@ -236,6 +236,15 @@ def _moe_weights(torch, t, hd, f, e, device):
     return x, w_router, w13.transpose(1, 2), w2.transpose(1, 2)
 
 
+def _checked(got, ref, what):
+    """The relative error of ``got`` against its fp32 reference, rounded for the record;
+    a result further off than 3% is not the op it claims to be, and fails the case."""
+    err = float((got.float() - ref).norm() / ref.norm().clamp(min=1e-30))
+    if not err < 3e-2:
+        raise RuntimeError(f"{what} result off its reference: relative error {err:.3g}")
+    return round(err, 6)
+
+
 # --------------------------------------------------------------------- grouped GEMM
 
 def grouped_gemm_set_bytes(c):
@@ -312,10 +321,7 @@ def build_grouped_gemm(torch, c, device, sets):
     for g, hi in enumerate(offs.tolist()):
         ref[lo:hi] = a0[lo:hi] @ w0[g].t()
         lo = hi
-    err = float((out.float() - ref).norm() / ref.norm().clamp(min=1e-30))
-    if not err < 3e-2:
-        raise RuntimeError(f"grouped gemm result off its reference: relative error {err:.3g}")
-    return Built(fn, backend=backend, extra={"check_rel_error": round(err, 6)})
+    return Built(fn, backend=backend, extra={"check_rel_error": _checked(out, ref, "grouped gemm")})
 
 
 # ------------------------------------------------------------ block-scaled fp8 (Triton)
@@ -353,6 +359,22 @@ def _dequantized(x, s, rows_per_scale):
     return x.float() * f
 
 
+def _block_quantized_sets(torch, sets, a_shape, w_shape, device):
+    """``sets`` independent inputs of a block-scaled GEMM: (activations, their 1 x 128
+    group scales, weights, their 128 x 128 block scales), one list each; weights scaled
+    by 1/sqrt(k) as at initialisation."""
+    k = w_shape[-1]
+    a, sa, w, sw = [], [], [], []
+    for _ in range(sets):
+        q, s = _quantize_groups(torch, randn(torch, a_shape, "bf16", device))
+        a.append(q)
+        sa.append(s)
+        q, s = _quantize_blocks(torch, randn(torch, w_shape, "bf16", device, k ** -0.5))
+        w.append(q)
+        sw.append(s)
+    return a, sa, w, sw
+
+
 def _fastest_config(fns):
     """The key of the fastest of {config: fn()}, each timed by Triton's bench loop over a
     CUDA graph of its calls (the engines' tuning step; timed eagerly, kernels of a few
@@ -361,7 +383,7 @@ def _fastest_config(fns):
     from triton.testing import do_bench_cudagraph
 
     times = {cfg: do_bench_cudagraph(fn, rep=20) for cfg, fn in fns.items()}
-    return min(times, key=times.get), times
+    return min(times, key=times.get)
 
 
 def block_gemm_set_bytes(c):
@@ -378,28 +400,20 @@ def build_block_gemm(torch, c, device, sets):
         raise ValueError(f"block gemm needs fp8, positive sizes and k a multiple of {BLOCK}, got {c}")
     from . import triton_fp8
 
-    a, sa, w, sw = [], [], [], []
-    for _ in range(sets):
-        q, s = _quantize_groups(torch, randn(torch, (m, k), "bf16", device))
-        a.append(q)
-        sa.append(s)
-        q, s = _quantize_blocks(torch, randn(torch, (n, k), "bf16", device, k ** -0.5))
-        w.append(q)
-        sw.append(s)
+    a, sa, w, sw = _block_quantized_sets(torch, sets, (m, k), (n, k), device)
     out = [torch.empty(m, n, device=device, dtype=torch.bfloat16) for _ in range(sets)]
+
+    def run(j, cfg):
+        return triton_fp8.block_gemm(a[j], sa[j], w[j], sw[j], out[j], cfg)
     configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * m)]
-    best, times = _fastest_config({cfg: (lambda cfg=cfg: triton_fp8.block_gemm(a[0], sa[0], w[0], sw[0], out[0], cfg))
-                                   for cfg in configs})
+    best = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
 
     def fn(i):
-        j = i % sets
-        return triton_fp8.block_gemm(a[j], sa[j], w[j], sw[j], out[j], best)
+        return run(i % sets, best)
     ref = _dequantized(a[0], sa[0], 1) @ _dequantized(w[0], sw[0], BLOCK).t()
-    err = float((fn(0).float() - ref).norm() / ref.norm().clamp(min=1e-30))
-    if not err < 3e-2:
-        raise RuntimeError(f"block gemm result off its reference: relative error {err:.3g}")
     return Built(fn, backend="triton-block-fp8",
-                 extra={"check_rel_error": round(err, 6), "config": list(best), "configs_tried": len(configs)})
+                 extra={"check_rel_error": _checked(fn(0), ref, "block gemm"), "config": list(best),
+                        "configs_tried": len(configs)})
 
 
 def fused_moe_set_bytes(c):
@@ -426,37 +440,29 @@ def build_fused_moe(torch, c, device, sets):
     gen.manual_seed(1234 + t)
     choices = torch.rand(t, e, device=device, generator=gen).topk(topk, dim=1).indices.to(torch.int32)
     rows = t * (topk if kind == "row" else 1)
-    a, sa, w, sw = [], [], [], []
-    for _ in range(sets):
-        q, s = _quantize_groups(torch, randn(torch, (rows, k), "bf16", device))
-        a.append(q)
-        sa.append(s)
-        q, s = _quantize_blocks(torch, randn(torch, (e, n, k), "bf16", device, k ** -0.5))
-        w.append(q)
-        sw.append(s)
+    a, sa, w, sw = _block_quantized_sets(torch, sets, (rows, k), (e, n, k), device)
     weights = torch.rand(t * topk, device=device, dtype=torch.float32) if kind == "row" else None
     out = [torch.zeros(t * topk, n, device=device, dtype=torch.bfloat16) for _ in range(sets)]
-    routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in triton_fp8.CONFIGS}}
+    configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
+    # (the align step's sorted rows, for each row tile a configuration tried has)
+    routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in configs}}
 
     def run(j, cfg):
         return triton_fp8.fused_moe(a[j], sa[j], w[j], sw[j], out[j], routes[cfg[0]], cfg, kind == "token", weights)
-    configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
-    best, times = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
+    best = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
 
     def fn(i):
         return run(i % sets, best)
     got = fn(0).float()
     pick = torch.randperm(t * topk, device=device, generator=gen)[:64]
-    a0 = _dequantized(a[0], sa[0], 1)
+    a0, expert = _dequantized(a[0], sa[0], 1), choices.reshape(-1)
     ref = torch.stack([(a0[r // topk if kind == "token" else r]
-                        @ _dequantized(w[0][choices.reshape(-1)[r]], sw[0][choices.reshape(-1)[r]], BLOCK).t())
+                        @ _dequantized(w[0][expert[r]], sw[0][expert[r]], BLOCK).t())
                        * (weights[r] if weights is not None else 1.0) for r in pick.tolist()])
-    err = float((got[pick] - ref).norm() / ref.norm().clamp(min=1e-30))
-    if not err < 3e-2:
-        raise RuntimeError(f"fused moe result off its reference: relative error {err:.3g}")
+    err = _checked(got[pick], ref, "fused moe")
     counts = torch.bincount(choices.reshape(-1).long(), minlength=e)
     return Built(fn, backend="triton-fused-moe-fp8",
-                 extra={"check_rel_error": round(err, 6), "config": list(best), "configs_tried": len(configs),
+                 extra={"check_rel_error": err, "config": list(best), "configs_tried": len(configs),
                         "experts_touched": int((counts > 0).sum()), "routed_rows": t * topk,
                         "row_tiles_128": int(((counts + 127) // 128).sum()),
                         "padded_rows": int(routes[best[0]][0].numel())})

@@ -27,13 +27,13 @@ from ..work import Work, total
 from .base import Op, check_choice, check_positive
 from .collectives import Collective
 from .gemm import FORMATS, TILE_M, Gemm
+from .memory import Bookkeeping, Elementwise, Gather, Norm
+from .routing import expected_busiest, expected_touched
 
 # the engines' fused MoE kernel for experts stored in 128 x 128 fp8 blocks (Triton: rows
 # sorted by expert and padded to the row tile by an align step, a kernel of its own);
 # measured on its own (the harness's fused_moe) and fitted under its own key
 BLOCK_MOE = "triton-fused-moe-fp8"
-from .memory import Bookkeeping, Elementwise, Gather, Norm
-from .routing import expected_busiest, expected_touched
 
 
 @dataclass(frozen=True)
