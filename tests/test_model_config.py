@@ -506,6 +506,37 @@ def test_fp8_checkpoints_in_blocks_run_the_block_kernels():
     assert MoE(tokens=8, hidden=64, ffn=32, experts=4, top_k=2).expert_backend == ""
 
 
+def test_block_scaled_layers_quantize_their_activations_in_a_kernel_apart():
+    """Each block-scaled GEMM of a layer is preceded by the kernel that quantizes its input
+    per 1 x 128 group (m x k elements), as the engines run it; the fused MoE kernel reads
+    tokens through the sorted ids (no dispatch copy) and quantizes its two inputs; the
+    per-tensor and bf16 paths are as before."""
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.kernels import Phase, phase_kernels
+    from rooflinesim.ops.memory import Elementwise
+    from rooflinesim.ops.moe import BLOCK_MOE, MoE
+
+    ph = Phase("prefill", batch=1, seq_q=512, seq_kv=512, sequences=1)
+    ds = phase_kernels(load_config("deepseek-v3"), Deployment(tp=8, weights="fp8"), ph)
+    names = [k.name for k in ds]
+    for k in ds:
+        if k.cls is Gemm and k.args["backend"]:
+            q = ds[names.index(k.name) - 1]
+            assert q.name == f"{k.name}_quant" and q.cls is Elementwise and q.args["kind"] == "quant_fp8"
+            assert q.args["elements"] == k.args["m"] * k.args["k"] * k.args["batch"] and q.where == k.where
+    assert "lm_head_quant" not in names and "moe_router_quant" not in names
+    assert "moe_dispatch" not in names and "moe_experts_quant_in" in names and "moe_experts_quant_mid" in names
+    per_tensor = phase_kernels(load_config("llama-3-8b"), Deployment(weights="fp8"), ph)
+    assert not any(k.name.endswith("_quant") for k in per_tensor)
+    q = Elementwise(elements=128, kind="quant_fp8", dtype="bf16").work()
+    assert abs(float(q.hbm_bytes) - (2 + 1 + 4 / 128) * 128) < 1e-9
+    moe = dict(tokens=64, hidden=256, ffn=128, experts=8, top_k=2, eager=False)
+    assert "dispatch" in [n for n, _, _ in MoE(**moe).kernel_args()]
+    block = [n for n, _, _ in MoE(**moe, expert_backend=BLOCK_MOE).kernel_args()]
+    assert "dispatch" not in block and block.index("experts_quant_in") < block.index("experts_gate_up")
+    assert "dispatch" in [n for n, _, _ in MoE(**moe, expert_backend=BLOCK_MOE, ep=2).kernel_args()]
+
+
 def test_deepseek_v3_preset_is_stored_in_fp8():
     assert load_config("deepseek-v3").weights_default() == ("fp8", None)
     assert load_config("llama-3-8b").weights_default() == ("bf16", None)

@@ -13,7 +13,9 @@ Kernels of one decoder layer, per GPU (fused where vLLM and TensorRT-LLM fuse):
                   parallelism, which also shards the norms' rows);
   post_attention_norm, gate_up_proj, act (SiLU(gate) x up as one kernel), down_proj and
   the second AllReduce.
-Activation quantization for fp8/int8 GEMMs is taken as fused into the kernel before.
+Activation quantization for fp8/int8 GEMMs is taken as fused into the kernel before, except
+for block-scaled fp8: the engines quantize each such GEMM's input per 1 x 128 group in a
+kernel of its own (``<gemm>_quant``, and the experts' two inputs).
 MLA layers (DeepSeek): qkv_a_proj (q_a and kv_a fused, replicated on every TP rank), the
 latent norms and q_b_proj. Prefill expands the latent (kv_b_proj over every cached token)
 and runs MHA with head dim (qk + v) / 2, which makes its FLOPs and K+V bytes exact.
@@ -23,7 +25,8 @@ head: the query and latent bytes are exact, the FLOPs 6% high (the value product
 counted at the latent + rope width instead of the latent width).
 MoE layers: the MoE op's kernels (router, fused routing as 3 kernels, dispatch, grouped
 expert GEMMs, combine; all-to-alls only when ep > tp, since within a TP group every rank
-already holds every token) and the shared experts as a dense MLP.
+already holds every token; no dispatch copy for block-scaled experts, whose fused kernel
+reads each token through the sorted ids) and the shared experts as a dense MLP.
 Around the layers: the embedding gather (plus an AllReduce under TP: vocab-parallel
 embedding), the final norm, the LM head on the last token of each sequence only (engines
 compute logits only where they sample) and the AllGather of the logits under TP. A
@@ -155,7 +158,22 @@ def phase_kernels(model, d: Deployment, ph: Phase, sh=None) -> list[Kernel]:
         if s.sh.shared_ffn:
             ks += _mlp(s, "shared_", s.sh.shared_ffn, "moe")
         ks += s.reduce("moe", "moe")
-    return ks
+    return _with_group_quant(ks, s.act) if s.blocks else ks
+
+
+def _with_group_quant(ks: list[Kernel], act: str) -> list[Kernel]:
+    """Before each block-scaled GEMM, the kernel that quantizes its activations to fp8 per
+    1 x 128 group (the engines run it apart: vLLM's per_token_group_quant_fp8, SGLang's;
+    the harness measured the GEMM on activations quantized before timing)."""
+    out = []
+    for k in ks:
+        if k.cls is Gemm and k.args.get("backend") == BLOCK_GEMM:
+            a = k.args
+            out.append(k._replace(name=f"{k.name}_quant", cls=Elementwise,
+                                  args=dict(elements=a["m"] * a["k"] * a["batch"], kind="quant_fp8",
+                                            dtype=act), host=""))
+        out.append(k)
+    return out
 
 
 def _attention(s: _Shapes, **args) -> Kernel:

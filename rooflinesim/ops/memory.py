@@ -52,6 +52,9 @@ ELEMENTWISE = {
     "silu": (1, 1, 3, 1),
     "scale": (1, 1, 1, 0),
     "cast": (1, 1, 0, 0),
+    # to fp8 with a scale per 1 x 128 group (the engines' per-token-group quantization before a
+    # block-scaled GEMM): a 16-bit element read, one byte and a 4-byte scale per 128 written
+    "quant_fp8": (1, 0.5 + 2 / 128, 3, 0),
     # a row reduction (mean, sum): ``elements`` counts the inputs read; the outputs, one per
     # row, are left out
     "mean": (1, 0, 1, 0),

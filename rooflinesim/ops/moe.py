@@ -2,7 +2,11 @@
 
 router GEMM -> softmax/top-k -> dispatch permutation -> grouped GEMM (gate and up) ->
 SiLU(gate)*up -> grouped GEMM (down) -> weighted combine, with an all-to-all before and
-after the experts when they are sharded over ``ep`` GPUs (expert parallelism).
+after the experts when they are sharded over ``ep`` GPUs (expert parallelism). Experts
+stored in 128 x 128 fp8 blocks (``expert_backend`` BLOCK_MOE) run the engines' fused kernel,
+which reads each routed row's token through the align step's sorted ids (no dispatch copy,
+unless an all-to-all sends the rows) and takes its inputs quantized to fp8 per 1 x 128 group
+by a kernel before each expert GEMM.
 
 How tokens land on experts is given by one of:
   tokens_per_expert: explicit counts (a tuple of length ``experts``);
@@ -198,20 +202,28 @@ class MoE(Op):
                  else _spread_tiles(experts_here, rows))
         ad = self.act_dtype
         moved = "indexed" if self.eager else "gather"  # PyTorch's index kernels, or an engine's
+        sharded = _sharded(self.ep)
         out = [
             ("router", Gemm, dict(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
             ("topk", Norm, dict(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax",
                                 name="topk")),
             ("routing", Bookkeeping, dict(kernels=self.routing_kernels, bytes=local_routed * 16,
                                           name="routing")),
-            ("dispatch", Gather, dict(rows_in=local_routed, rows_out=local_routed, width=h, dtype=ad,
-                                      kind=moved, name="dispatch")),
         ]
-        sharded = _sharded(self.ep)
+        if self.expert_backend != BLOCK_MOE or sharded:
+            # (the engines' fused MoE kernel, as measured for BLOCK_MOE, reads each routed row's
+            # token through the align step's sorted ids: no copy of the rows before it, unless
+            # an all-to-all must send them)
+            out.append(("dispatch", Gather, dict(rows_in=local_routed, rows_out=local_routed, width=h,
+                                                 dtype=ad, kind=moved, name="dispatch")))
         a2a_bytes = local_routed * h * bytes_per_element(ad)  # this GPU's send buffer
         if sharded:
             out.append(("ep_dispatch", Collective, dict(kind="alltoall", bytes=a2a_bytes,
                                                         world_size=self.ep, name="ep_dispatch")))
+        block = self.expert_backend == BLOCK_MOE
+        if block:  # (the engines quantize the experts' inputs per 1 x 128 group, a kernel apart)
+            out.append(("experts_quant_in", Elementwise, dict(elements=local_tokens * h, kind="quant_fp8",
+                                                              dtype=ad, name="experts_quant_in")))
         out.append(("experts_gate_up", GroupedGemm, dict(rows=rows, n=2 * f, k=h, experts=experts_here,
                                                          dtype=self.dtype, row_tiles=tiles,
                                                          backend=self.expert_backend,
@@ -224,6 +236,9 @@ class MoE(Op):
         else:
             out.append(("experts_act", Elementwise, dict(elements=rows * f, kind="silu_mul", dtype=ad,
                                                          name="experts_act")))
+        if block:
+            out.append(("experts_quant_mid", Elementwise, dict(elements=rows * f, kind="quant_fp8", dtype=ad,
+                                                               name="experts_quant_mid")))
         out.append(("experts_down", GroupedGemm, dict(rows=rows, n=h, k=f, experts=experts_here,
                                                       dtype=self.dtype, row_tiles=tiles,
                                                       backend=self.expert_backend,
