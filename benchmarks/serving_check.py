@@ -33,7 +33,10 @@ helped to measure. --points lists every point; --write-residuals stores every po
 errors in rooflinesim/data/serving_residuals.yaml, the residual serve ships. Points of a
 disaggregated pair (``pd``: prefill and decode replicas in one machine, the KV over its
 NVLink) are reported in a table of their own, their interval widened by every colocated
-source's spread, and left out of the residual.
+source's spread, and left out of the residual. Where a point's log states the server's
+prompt throughput while requests waited (``logged.prefill_tokens_per_s``), it is printed beside
+predict model's prefill of one such prompt in steps of the engine's token budget, apart from
+the table: the prefill rate without the queue.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -208,6 +212,25 @@ def planned_kv_tokens(point: dict) -> int:
                            max_num_seqs=v["max_num_seqs"])
 
 
+def modelled_prefill_rate(point: dict) -> float:
+    """Prompt tokens per second of ``predict model``'s prefill of one of the point's prompts
+    (its dataset's input length) in steps of the engine's token budget."""
+    from rooflinesim.calibration.profile import resolve_profile
+    from rooflinesim.hardware import load_spec
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.workload import predict_model
+    from rooflinesim.serve.simulate import engine_limits
+
+    spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
+    prompt = int(point["dataset"]["input_len"])
+    chunk = engine_limits(point["engine"], model, spec)["max_num_batched_tokens"]
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"])
+    r = predict_model(model, spec, resolve_profile(spec, None), d, batch=1, prompt=prompt, gen=2,
+                      chunk=min(chunk, prompt))
+    return prompt / float(r.ttft_s)
+
+
 EXTRA = {"mean_e2e_latency_ms": "mean_e2el_ms", "median_e2e_latency_ms": "median_e2el_ms"}  # (SGLang's names)
 
 
@@ -248,7 +271,7 @@ def main() -> None:
     if args.write_residuals and (args.engine or args.data != DATA):
         raise SystemExit("--write-residuals takes every point of the default file: leave out --engine and --data")
     points = yaml.safe_load(args.data.read_text())["points"]
-    skipped, rows, memory, pairs, chosen = defaultdict(int), [], [], [], []
+    skipped, rows, memory, prefill, pairs, chosen = defaultdict(int), [], [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
             skipped["vLLM 0.6: its V0 scheduler with multi-step scheduling, not the one serve runs"] += 1
@@ -270,6 +293,8 @@ def main() -> None:
             continue
         if (p.get("logged") or {}).get("kv_cache_tokens"):
             memory.append((p["id"], p["engine"], p["logged"]["kv_cache_tokens"], planned_kv_tokens(p)))
+        if (p.get("logged") or {}).get("prefill_tokens_per_s"):
+            prefill.append((p["id"], p["engine"], p["logged"]["prefill_tokens_per_s"], modelled_prefill_rate(p)))
         published = {**p["metrics"], **{EXTRA[k]: v for k, v in (p.get("extra_metrics") or {}).items() if k in EXTRA}}
         for key, value in published.items():
             if key not in metrics:
@@ -320,6 +345,12 @@ def main() -> None:
         print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine vllm`):")
         for pid, engine, logged, ours in memory:
             print(f"  {pid} ({engine}): logged {logged:,}, planned {ours:,} ({100 * (ours / logged - 1):+.1f}%)")
+    if prefill:
+        print("\nPrefill rate while requests wait, the server's log against predict model (one prompt in steps of "
+              "the engine's token budget):")
+        for pid, engine, logged, ours in prefill:
+            print(f"  {pid} ({engine}): logged {', '.join(f'{x:,.0f}' for x in logged)} tokens/s, modelled "
+                  f"{ours:,.0f} ({100 * (ours / statistics.median(logged) - 1):+.0f}% over the logged median)")
     if pairs:  # (disaggregated pairs: apart, their interval widened by every colocated source's spread)
         print("\nDisaggregated pairs (not in the table above nor in the serving residual):")
         print("| point | metric | published | simulated | error | kernel interval | interval |")
