@@ -55,19 +55,20 @@ GEMMS = {"router": "moe_router", "experts_gate_up": "moe_experts_gate_up", "expe
          "shared_gate_up": "shared_gate_up_proj", "shared_down": "shared_down_proj"}
 
 
-def _quant(torch, x):
-    """e4m3 values and fp32 scales per 1 x 128 group of the last dimension (as the engines'
-    per-token-group quantization)."""
-    g = x.float().view(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
-    s = g.abs().amax(dim=-1).clamp(min=1e-10) / 448.0
-    return (g / s.unsqueeze(-1)).to(torch.float8_e4m3fn).view(x.shape), s
-
-
 def build(torch, tokens: int, inter: int, device, kernels, pick, hidden=HIDDEN, experts=EXPERTS):
     """The block's steps as {name: fn()} (every fn runs on the same buffers, so the
     whole block is their sequence) and their order. ``kernels``: (block_gemm, fused_moe,
-    sort_routes, CONFIGS, block_weights); ``pick(fns)``: the fastest config's key."""
-    block_gemm, fused_moe, sort_routes, configs, block_weights = kernels
+    sort_routes, CONFIGS); ``pick(fns)``: the fastest config's key. Inputs are quantized as
+    the harness's block-scaled cases quantize theirs."""
+    from rooflinesim.harness.cases_gpu import _quantize_blocks, _quantize_groups
+
+    block_gemm, fused_moe, sort_routes, configs = kernels
+
+    def block_weights(w):
+        return _quantize_blocks(torch, w)
+
+    def quant(x):
+        return _quantize_groups(torch, x)
     F = torch.nn.functional
     g = torch.Generator(device=device).manual_seed(tokens)
 
@@ -105,9 +106,9 @@ def build(torch, tokens: int, inter: int, device, kernels, pick, hidden=HIDDEN, 
     buf["logits"].copy_(torch.mm(buf["h"], w_router.t()).float())
     ids, weights = topk_ids()
     buf["weights"] = weights.reshape(-1).float().contiguous()
-    buf["xq"], buf["xs"] = _quant(torch, buf["h"])
-    buf["mid_q"], buf["mid_s"] = _quant(torch, torch.zeros(rows, inter, device=device, dtype=torch.bfloat16))
-    buf["smid_q"], buf["smid_s"] = _quant(torch, torch.zeros(tokens, inter, device=device, dtype=torch.bfloat16))
+    buf["xq"], buf["xs"] = quant(buf["h"])
+    buf["mid_q"], buf["mid_s"] = quant(torch.zeros(rows, inter, device=device, dtype=torch.bfloat16))
+    buf["smid_q"], buf["smid_s"] = quant(torch.zeros(tokens, inter, device=device, dtype=torch.bfloat16))
     counts = torch.bincount(ids.reshape(-1), minlength=experts)
     per_expert = 2 * rows // experts
     moe_cfgs = [c for c in configs if c[0] <= max(16, per_expert)]
@@ -131,7 +132,7 @@ def build(torch, tokens: int, inter: int, device, kernels, pick, hidden=HIDDEN, 
 
     def act(src, q, s):
         a = F.silu(src[:, :inter]) * src[:, inter:]
-        aq, as_ = _quant(torch, a)
+        aq, as_ = quant(a)
         q.copy_(aq)
         s.copy_(as_)
 
@@ -139,7 +140,7 @@ def build(torch, tokens: int, inter: int, device, kernels, pick, hidden=HIDDEN, 
         "norm": lambda: buf["h"].copy_(F.rms_norm(x, (hidden,), ln, eps=1e-6)),
         "router": lambda: buf["logits"].copy_(torch.mm(buf["h"], w_router.t()).float()),
         "topk": lambda: buf["weights"].copy_(topk_ids()[1].reshape(-1)),
-        "quant_in": lambda: [t.copy_(v) for t, v in zip((buf["xq"], buf["xs"]), _quant(torch, buf["h"]))],
+        "quant_in": lambda: [t.copy_(v) for t, v in zip((buf["xq"], buf["xs"]), quant(buf["h"]))],
         "experts_gate_up": lambda: up(cfg["up"]),
         "experts_act_quant": lambda: act(buf["gate_up"], buf["mid_q"], buf["mid_s"]),
         "experts_down": lambda: down(cfg["down"]),
@@ -160,11 +161,10 @@ def measure(args) -> None:
     import torch
 
     from rooflinesim.harness import triton_fp8
-    from rooflinesim.harness.cases_gpu import _fastest_config, _quantize_blocks
+    from rooflinesim.harness.cases_gpu import _fastest_config
     from rooflinesim.harness.timing import CudaTimer
 
-    kernels = (triton_fp8.block_gemm, triton_fp8.fused_moe, triton_fp8.sort_routes, triton_fp8.CONFIGS,
-               lambda w: _quantize_blocks(torch, w))
+    kernels = (triton_fp8.block_gemm, triton_fp8.fused_moe, triton_fp8.sort_routes, triton_fp8.CONFIGS)
     timer, eager = CudaTimer(torch, graph=True), CudaTimer(torch, graph=False)
     out = Path(args.measure)
     with out.open("w") as f:
@@ -258,13 +258,7 @@ def cpu_check() -> None:
         return (torch.tensor(rows, dtype=torch.int32), torch.tensor(blocks, dtype=torch.int32), ids.shape[1],
                 flat.numel())
 
-    def block_weights(w):
-        *lead, n, k = w.shape
-        s = w.float().reshape(*lead, n // BLOCK, BLOCK, k // BLOCK, BLOCK).abs().amax(dim=(-3, -1)) / 448.0
-        q = (w.float().reshape(*lead, n // BLOCK, BLOCK, k // BLOCK, BLOCK) / s[..., :, None, :, None])
-        return q.to(torch.float8_e4m3fn).reshape(w.shape), s
-
-    kernels = (block_gemm, fused_moe, sort_routes, ((16, 64, 1, 4, 4),), block_weights)
+    kernels = (block_gemm, fused_moe, sort_routes, ((16, 64, 1, 4, 4),))
     steps, order, info = build(torch, 16, BLOCK, "cpu", kernels, lambda fns: next(iter(fns)), hidden=256, experts=32)
     for name in order:
         steps[name]()

@@ -202,7 +202,7 @@ class MoE(Op):
                  else _spread_tiles(experts_here, rows))
         ad = self.act_dtype
         moved = "indexed" if self.eager else "gather"  # PyTorch's index kernels, or an engine's
-        sharded = _sharded(self.ep)
+        sharded, block = _sharded(self.ep), self.expert_backend == BLOCK_MOE
         out = [
             ("router", Gemm, dict(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
             ("topk", Norm, dict(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax",
@@ -210,7 +210,7 @@ class MoE(Op):
             ("routing", Bookkeeping, dict(kernels=self.routing_kernels, bytes=local_routed * 16,
                                           name="routing")),
         ]
-        if self.expert_backend != BLOCK_MOE or sharded:
+        if not block or sharded:
             # (the engines' fused MoE kernel, as measured for BLOCK_MOE, reads each routed row's
             # token through the align step's sorted ids: no copy of the rows before it, unless
             # an all-to-all must send them)
@@ -220,7 +220,6 @@ class MoE(Op):
         if sharded:
             out.append(("ep_dispatch", Collective, dict(kind="alltoall", bytes=a2a_bytes,
                                                         world_size=self.ep, name="ep_dispatch")))
-        block = self.expert_backend == BLOCK_MOE
         if block:  # (the engines quantize the experts' inputs per 1 x 128 group, a kernel apart)
             out.append(("experts_quant_in", Elementwise, dict(elements=local_tokens * h, kind="quant_fp8",
                                                               dtype=ad, name="experts_quant_in")))
