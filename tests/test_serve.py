@@ -159,10 +159,30 @@ def test_every_request_is_served_whatever_the_workload(reqs, budget, seqs, kv, c
 @pytest.mark.parametrize("name", ["sglang", "trtllm"])
 def test_other_engines_take_predict_models_times_for_a_lone_request(name):
     reqs = random_requests(30, 1500, 100, rate=0.1, seed=3)
-    m = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, step_overhead_s=0.0).metrics
+    m = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, step_overhead_s=0.0,
+              request_overhead_s=0.0).metrics
     one = predict_model(LLAMA, H200, FITTED, Deployment(), batch=1, prompt=1500, gen=100)
     assert m["median_ttft_ms"] == pytest.approx(one.ttft_s * 1e3, rel=0.01)
     assert m["median_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)
+
+
+def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from():
+    """SGLang's HTTP, tokenization and scheduling outside the forward (6.9 ms, measured with a
+    mock forward pass) is in every request's TTFT and E2EL by default, with its source in the
+    JSON; an engine with none measured adds none, and --request-overhead replaces it."""
+    reqs = random_requests(30, 1500, 100, rate=0.1, seed=3)
+    none = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.0)
+    default = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang")
+    d = default.as_dict()
+    assert d["request_overhead_s"] == pytest.approx(6.9e-3) and "tt-inference-server issue 3560" in d[
+        "request_overhead_source"]
+    for k in ("median_ttft_ms", "mean_e2el_ms"):
+        assert default.metrics[k] == pytest.approx(none.metrics[k] + 6.9, rel=1e-6)
+    assert default.metrics["median_itl_ms"] == pytest.approx(none.metrics["median_itl_ms"], rel=1e-9)
+    vllm = serve(LLAMA, H200, FITTED, Deployment(), reqs).as_dict()
+    assert vllm["request_overhead_s"] == 0.0 and "not measured" in vllm["request_overhead_source"]
+    given = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.002).as_dict()
+    assert given["request_overhead_s"] == 0.002 and given["request_overhead_source"].startswith("given")
 
 
 def test_engines_differ_as_their_schedulers_do():
@@ -186,11 +206,11 @@ def test_engines_differ_as_their_schedulers_do():
 @pytest.mark.parametrize("name", ["sglang", "trtllm"])
 def test_the_overlap_scheduler_takes_a_request_arriving_mid_step_a_step_later(name):
     lone = serve(LLAMA, H200, FITTED, Deployment(), Requests(np.array([0.0]), np.array([1000]), np.array([200])),
-                 engine=name, overlap_schedule=False).served
+                 engine=name, overlap_schedule=False, request_overhead_s=0.0).served
     t = float(lone.steps["start_s"][60] + 0.5 * lone.steps["duration_s"][60])  # (in the middle of a decode step)
     reqs = Requests(np.array([0.0, t]), np.array([1000, 500]), np.array([200, 20]))
-    off, on = (serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, overlap_schedule=o).served
-               for o in (False, True))
+    off, on = (serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, overlap_schedule=o,
+                     request_overhead_s=0.0).served for o in (False, True))
     ends_off, ends_on = (s.steps["start_s"] + s.steps["duration_s"] for s in (off, on))
     k = int(np.searchsorted(ends_off, t))  # (the step it arrives in)
     assert off.scheduled_s[1] == pytest.approx(ends_off[k], rel=1e-12)  # (seen at the step's end)
@@ -665,7 +685,7 @@ def test_a_front_end_delay_shifts_what_the_client_sees_and_paces_a_closed_loop(e
     request at a time each request also waits for it before the engine sees it."""
     reqs = random_requests(60, 700, 40, rate=3.0, seed=5)
     kw = dict(engine=engine_name, max_num_batched_tokens=2048)
-    base = serve(LLAMA, H200, FITTED, Deployment(), reqs, **kw).metrics
+    base = serve(LLAMA, H200, FITTED, Deployment(), reqs, request_overhead_s=0.0, **kw).metrics
     late = serve(LLAMA, H200, FITTED, Deployment(), reqs, request_overhead_s=0.02, **kw)
     assert late.as_dict()["request_overhead_s"] == 0.02
     m = late.metrics
@@ -675,7 +695,7 @@ def test_a_front_end_delay_shifts_what_the_client_sees_and_paces_a_closed_loop(e
         assert m[k] == pytest.approx(base[k], rel=1e-6), k
     one = dict(kw, concurrency=1)  # (every request due at once: each sent as the one before finishes)
     burst = random_requests(60, 700, 40, rate=math.inf, seed=5)
-    closed0 = serve(LLAMA, H200, FITTED, Deployment(), burst, **one).metrics
+    closed0 = serve(LLAMA, H200, FITTED, Deployment(), burst, request_overhead_s=0.0, **one).metrics
     closed = serve(LLAMA, H200, FITTED, Deployment(), burst, request_overhead_s=0.02, **one).metrics
     assert closed["duration_s"] == pytest.approx(closed0["duration_s"] + 60 * 0.02, rel=1e-6)
 

@@ -201,7 +201,8 @@ def test_sglang_a_lone_request_takes_its_prefill_and_the_last_chunks_move():
     # SGLang's prefill server samples the first token and pushes each chunk's KV as it is
     # computed; the decode server streams that token when the KV is in, with no step of its own
     prompt = 3000
-    r = _pd(random_requests(1, prompt, 50), engine="sglang", step_overhead_s=0.0, max_num_batched_tokens=1024)
+    r = _pd(random_requests(1, prompt, 50), engine="sglang", step_overhead_s=0.0, max_num_batched_tokens=1024,
+            request_overhead_s=0.0)
     per_token = kv_bytes_per_token_per_gpu(LLAMA, Deployment())
     from rooflinesim.serve.simulate import step_times
 

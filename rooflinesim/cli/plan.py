@@ -56,9 +56,9 @@ MAX_RATE = 1e6
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
-@click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=0.0, show_default=True,
+@click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
-                   "as serve --request-overhead.")
+                   "as serve --request-overhead (default: the engine's as measured).")
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
 @click.option("--ray-address", default=None,
               help="Run the search on a Ray cluster at this address ('local': a Ray instance started here); "

@@ -373,14 +373,16 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
-         on_start=None, request_overhead_s: float = 0.0) -> dict:
+         on_start=None, request_overhead_s: float | None = None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
     (the ideal roofline: optimistic, with no interval) are left out unless
     ``uncalibrated``. ``progress(k)``: k more configurations settled (``on_start(n)``: n
-    in all)."""
+    in all). ``request_overhead_s``: each request's front end, as serve's (None: the
+    engine's measured one)."""
     from ..models.config import load_config
+    from .simulate import ENGINES
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
@@ -409,7 +411,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     job = {"model": model_name, "rate": rate, "slos": slos, "slos_given": given, "workload": workload,
            "max_gpus": max_gpus, "min_probability": min_probability, "pd": bool(pd),
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
-           "request_overhead_s": float(request_overhead_s),
+           "request_overhead_s": float(ENGINES[engine].request_overhead_s if request_overhead_s is None
+                                       else request_overhead_s),
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)

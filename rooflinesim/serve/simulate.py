@@ -38,6 +38,8 @@ class EngineDefaults:
     step_overhead_s: float  # host time per step not hidden under the GPU's
     source: str
     overlap: bool = False  # the next batch formed while the GPU runs this one (engine.py's notes)
+    request_overhead_s: float = 0.0  # a request's front end: the server's time outside the forward passes
+    request_overhead_source: str = "not measured for this engine: none is added (--request-overhead sets one)"
 
 
 ENGINES = {
@@ -48,7 +50,12 @@ ENGINES = {
     "sglang": EngineDefaults(0.0, (
         "SGLang's overlap scheduler (on by default since PR 2067) prepares a batch while the GPU runs the "
         "one before; its v0.4 release post shows no GPU idle time between decode batches "
-        "(lmsys.org blog, 2024-12-04); a request arriving during a step is scheduled a step later"), True),
+        "(lmsys.org blog, 2024-12-04); a request arriving during a step is scheduled a step later"), True,
+        6.9e-3, (
+            "SGLang served from a mock forward pass that busy-waits 2.632 ms: median TTFT 9.54 ms at "
+            "concurrency 1 with 128-token prompts (vllm bench serve, openai-chat backend), so 6.9 ms of HTTP, "
+            "chat template, tokenization, scheduling and detokenization outside the forward "
+            "(tenstorrent/tt-inference-server issue 3560, 2026-05-18)")),
     "trtllm": EngineDefaults(0.0, (
         "TensorRT-LLM's overlap scheduler (on by default since PR 4174) runs the host work of a step while "
         "the GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler); a request arriving "
@@ -127,6 +134,9 @@ class ServeResult:
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
                 "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
                 "request_overhead_s": e.request_overhead_s,
+                "request_overhead_source": (ENGINES[e.name].request_overhead_source
+                                            if e.request_overhead_s == ENGINES[e.name].request_overhead_s
+                                            else "given (--request-overhead)"),
                 "overlap_schedule": e.overlap,
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
@@ -169,7 +179,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
-          request_overhead_s: float = 0.0) -> ServeResult:
+          request_overhead_s: float | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -182,9 +192,12 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     its defaults, guaranteed_no_evict without chunks). ``request_overhead_s``: each request's
     time from the client's send to the engine's queue (HTTP, chat template, tokenization, the
     hop to the engine process; with ``pd``, to the prefill pool's), in every client-side
-    latency and in when a closed loop's next request reaches the engine."""
+    latency and in when a closed loop's next request reaches the engine (None: the engine's
+    measured front end, ``ENGINES``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    if request_overhead_s is None:
+        request_overhead_s = ENGINES[engine].request_overhead_s
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
         raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
                         f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
