@@ -183,6 +183,10 @@ def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from(
     assert vllm["request_overhead_s"] == 0.0 and "not measured" in vllm["request_overhead_source"]
     given = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.002).as_dict()
     assert given["request_overhead_s"] == 0.002 and given["request_overhead_source"].startswith("given")
+    # (a step overhead given is named as given too, not as the engine's measured one)
+    assert "PR 11133" in vllm["step_overhead_source"]
+    stepped = serve(LLAMA, H200, FITTED, Deployment(), reqs, step_overhead_s=0.0).as_dict()
+    assert stepped["step_overhead_source"].startswith("given")
 
 
 def test_engines_differ_as_their_schedulers_do():

@@ -122,6 +122,7 @@ class ServeResult:
     interval_kernel: dict | None = None  # metric -> [low, high] over the draws of the kernels' error alone
     serving_sigmas: dict | None = None  # per metric group: the published benchmarks' spread (none: not widened)
     disaggregated: dict | None = None  # prefill/decode pools: what the pair did (disaggregated.run's stats)
+    given: tuple = ()  # the overheads the caller set ("step", "request"): their source is the caller
 
     def as_dict(self) -> dict:
         e = self.engine
@@ -132,11 +133,11 @@ class ServeResult:
             "interval_serving_source": shipped()["source"] if self.serving_sigmas else None}
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
-                "step_overhead_s": e.step_overhead_s, "step_overhead_source": ENGINES[e.name].source,
+                "step_overhead_s": e.step_overhead_s,
+                "step_overhead_source": "given (--step-overhead)" if "step" in self.given else ENGINES[e.name].source,
                 "request_overhead_s": e.request_overhead_s,
-                "request_overhead_source": (ENGINES[e.name].request_overhead_source
-                                            if e.request_overhead_s == ENGINES[e.name].request_overhead_s
-                                            else "given (--request-overhead)"),
+                "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
+                                            else ENGINES[e.name].request_overhead_source),
                 "overlap_schedule": e.overlap,
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
@@ -196,6 +197,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     measured front end, ``ENGINES``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s)) if v is not None)
     if request_overhead_s is None:
         request_overhead_s = ENGINES[engine].request_overhead_s
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
@@ -204,13 +206,13 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
-        return _serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
+        return replace(_serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
                          step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
-                         request_overhead_s=request_overhead_s)
+                         request_overhead_s=request_overhead_s), given=given)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
@@ -229,7 +231,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
                          progress)
 
-    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp), [profile], engine, slo_ms,
+    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp, given=given), [profile], engine, slo_ms,
                            interval_samples, seed)
 
 
