@@ -9,7 +9,8 @@ uniformly from [range_ratio x L, L]), its rate and number of prompts, the engine
 sglang, at the defaults the source left in place), model, GPU, tensor parallelism and
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
 where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
-scheduler (``overlap_schedule``). ShareGPT points draw from the shipped
+scheduler (``overlap_schedule``); SGLang 0.3 and 0.4 with their prefill batches run
+without CUDA graphs (``eager_prefill``). ShareGPT points draw from the shipped
 ShareGPT shape (``--dataset sharegpt``). Where a point says ``lengths_from_totals`` (its client
 let requests stop at an end-of-sequence token), the drawn lengths are scaled to the token
 totals it printed. Points of vLLM 0.6 are skipped (its V0 scheduler
@@ -124,7 +125,7 @@ def simulate(point: dict, samples: int):
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
                  engine=point["engine"], interval_samples=samples, seed=SEED, concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
-                 overlap_schedule=overlap_schedule(point), **limits, **pair)
+                 overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point), **limits, **pair)
 
 
 # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve
@@ -183,6 +184,16 @@ def overlap_schedule(point: dict) -> bool | None:
     if point["engine"] == "sglang" and _version(point) < (0, 3, 6):
         return "--enable-overlap-schedule" in point.get("server", "")
     return None
+
+
+def eager_prefill(point: dict) -> bool:
+    """Whether the point's server ran prefill batches without CUDA graphs: SGLang did by
+    default until piecewise CUDA graphs became its prefill default (PR 16331, 2026-01-03);
+    its 0.3 and 0.4 releases certainly did (a point of a later release says so with
+    ``eager_prefill``)."""
+    if "eager_prefill" in point:
+        return bool(point["eager_prefill"])
+    return point["engine"] == "sglang" and _version(point) < (0, 5)
 
 
 def _run(point: dict, samples: int) -> tuple:

@@ -189,6 +189,40 @@ def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from(
     assert stepped["step_overhead_source"].startswith("given")
 
 
+def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
+    """With --eager-prefill a prefill batch of SGLang takes the corner of its GPU time and the
+    host's measured time for a forward pass without a CUDA graph: a short prompt waits for
+    the host (0.218 ms a Llama layer), a long one for the GPU; decode steps stay captured."""
+    from rooflinesim.eager import joined
+    from rooflinesim.serve.simulate import SGLANG_EAGER_PREFILL_HOST_S, eager_prefill_host_s
+
+    assert eager_prefill_host_s(LLAMA, Deployment()) == pytest.approx(
+        LLAMA.num_layers * SGLANG_EAGER_PREFILL_HOST_S["dense"])
+    dsv3 = load_config("deepseek-v3")
+    assert eager_prefill_host_s(dsv3, Deployment(pp=2)) == pytest.approx(
+        dsv3.num_layers * SGLANG_EAGER_PREFILL_HOST_S["mla_or_moe"] / 2)
+    host = eager_prefill_host_s(LLAMA, Deployment())
+    for prompt in (16, 8000):
+        lone = Requests(np.array([0.0]), np.array([prompt]), np.array([50]))
+        runs = [serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", request_overhead_s=0.0,
+                      eager_prefill=e) for e in (False, True)]
+        (graph, eager) = (r.served.steps for r in runs)
+        gpu = float(graph["duration_s"][0])
+        assert float(eager["duration_s"][0]) == pytest.approx(float(joined(host, gpu, FITTED)), rel=1e-9)
+        assert float(eager["duration_s"][0]) > max(gpu, host) * (1 - 1e-12)
+        assert np.allclose(eager["duration_s"][1:], graph["duration_s"][1:], rtol=1e-12)
+        if prompt == 16:  # (the host's time, not the GPU's, sets a short prompt's first token)
+            assert host > gpu
+            assert runs[1].metrics["median_ttft_ms"] > runs[0].metrics["median_ttft_ms"] + (host - gpu) * 1e3
+        else:  # (a long prompt's GPU time hides the host's)
+            assert gpu > 10 * host and float(eager["duration_s"][0]) < gpu * 1.001
+        d = runs[1].as_dict()
+        assert d["eager_prefill"] is True and "PR 12160" in d["eager_prefill_host_source"]
+        assert "eager_prefill" not in runs[0].as_dict()
+    with pytest.raises(UserError, match="--engine sglang"):
+        serve(LLAMA, H200, FITTED, Deployment(), lone, engine="vllm", eager_prefill=True)
+
+
 def test_engines_differ_as_their_schedulers_do():
     reqs = random_requests(400, 1024, 256, rate=20.0, seed=7, range_ratio=0.5)
     run = {e: serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=e) for e in ("vllm", "sglang", "trtllm")}
@@ -358,6 +392,13 @@ def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
     code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--capacity-policy",
                             "max-utilization", "--num-prompts", "10"])
     assert code == 2 and "TensorRT-LLM" in err and "Traceback" not in err
+    eager = _cli("--engine", "sglang", "--eager-prefill", "--num-prompts", "10", "--json")
+    assert eager.exit_code == 0, eager.output
+    assert json.loads(eager.output)["eager_prefill_host_s"] > 0
+    assert "prefill without CUDA graphs" in _cli("--engine", "sglang", "--eager-prefill", "--num-prompts", "10").output
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--eager-prefill",
+                            "--num-prompts", "10"])
+    assert code == 2 and "--engine sglang" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, says", [

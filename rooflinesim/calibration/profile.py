@@ -151,7 +151,7 @@ class GemmParams(RooflineParams):
     split_k_ratio: float = Field(0.0, ge=0, description=(
         "GEMM: k per 64x64 output tile above which the library splits k and adds a "
         "reduction kernel (0: never)"),
-        json_schema_extra=_fit(128.0, 4.0, 4096.0, 32.0, log=True, unit="elements of k per 64x64 tile"))
+        json_schema_extra=_fit(128.0, 4.0, 65536.0, 32.0, log=True, unit="elements of k per 64x64 tile"))
     element_load_rate: float = Field(0.0, ge=0, description=(
         "GEMM, tiled regimes (profile keys '<dtype>:align2_tiled', ':align8_tiled', "
         "':simt_tiled'): operand elements one SM loads per second through the narrow loads "

@@ -141,6 +141,11 @@ def _goodput(ctx, param, values) -> dict:
               help="sglang, trtllm: the scheduler forms the next batch while the GPU runs this one, so a "
                    "request arriving during a step is scheduled a step later (default: on, as both engines "
                    "ship; SGLang's --disable-overlap-schedule, and SGLang before 0.3.6, run without).")
+@click.option("--eager-prefill", is_flag=True,
+              help="sglang: prefill batches run without CUDA graphs, as SGLang ran them until piecewise CUDA graphs "
+                   "became its prefill default (2026, PR 16331): each batch is paced by the slower of its GPU time "
+                   "and the host's (1.35 ms a layer for MLA or MoE layers, 0.22 ms for others, as measured on "
+                   "SGLang; the source in the JSON).")
 @click.option("--capacity-policy", type=click.Choice(["guaranteed-no-evict", "max-utilization"]), default=None,
               help="trtllm: TensorRT-LLM's capacity scheduler: guaranteed-no-evict (its default) admits a request "
                    "when the KV of its whole prompt and output fits; max-utilization runs every request whose next "
@@ -188,7 +193,7 @@ def _goodput(ctx, param, values) -> dict:
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
-          capacity_policy, chunked_context, num_prompts,
+          eager_prefill, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
@@ -269,7 +274,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    slo_ms=goodput or None, seed=seed,
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
-                   chunked_context=chunked_context)
+                   chunked_context=chunked_context, eager_prefill=eager_prefill)
     search = None
     if max_rate:
         def make(rate):
@@ -354,6 +359,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
            f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
+           + (f", prefill without CUDA graphs ({e.prefill_host_s * 1e3:.3g} ms host time a batch at least)"
+              if e.prefill_host_s else "")
            + (f", {e.capacity_policy.replace('_', ' ')} capacity policy"
               + (", chunked context" if e.chunked_context else "") if e.name == "trtllm" else ""),
            f"workload: {load}", ""]

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
+from ..timing import corner
 from .metrics import Served
 from .traffic import Requests
 
@@ -100,6 +101,8 @@ class EngineParams:
     capacity_policy: str = "guaranteed_no_evict"  # trtllm: or "max_utilization"
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
+    prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
+    host_corner: float | None = None  # how host and GPU time join in such a batch (eager.joined: the profile's)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -805,7 +808,10 @@ class _SGLang(_Sim):
                 g = np.array([x for _, x in batch])
                 ctx = computed[ids] + g
                 samples = ctx == tokens[ids]
-                dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum())) + p.step_overhead_s
+                dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum()))
+                if p.prefill_host_s:  # (no CUDA graph: the slower of the host and the GPU sets the pace)
+                    dur = corner([p.prefill_host_s, dur], p.host_corner)
+                dur += p.step_overhead_s
                 self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
                 self.now += dur
                 computed[ids] = ctx

@@ -66,6 +66,28 @@ ENGINES = {
         "--engine hf's (eagerly, its host time per PyTorch op is in the step); the Python of "
         "generate()'s own loop (logits processors, stopping criteria) is not counted")),
 }
+# SGLang's prefill batches without CUDA graphs (its default until piecewise CUDA graphs
+# became the default for prefill in 2026, PR 16331): the host's time for one forward pass,
+# per decoder layer, which the pass cannot run faster than (eager.joined: the slower of the
+# host and the GPU sets the pace)
+SGLANG_EAGER_PREFILL_HOST_S = {"dense": 2.18e-4, "mla_or_moe": 1.354e-3}
+SGLANG_EAGER_PREFILL_SOURCE = (
+    "SGLang's forward pass without a CUDA graph, per decoder layer: DeepSeek-V3 (MLA and MoE layers) "
+    "82.6 ms for a prefill of one new token against 23.1 ms captured (sgl-project/sglang PR 12160), 1.354 ms "
+    "a layer over 61; Llama-3.1-8B 8.23 ms eager against 7.35 ms captured at batch 1 (PR 1401), 0.218 ms a "
+    "layer over 32 once joined with the GPU's time; a layer with MLA attention or MoE experts is priced as "
+    "DeepSeek-V3's, any other as Llama's")
+
+
+def eager_prefill_host_s(model, d: Deployment) -> float:
+    """The host time of one SGLang prefill forward pass without a CUDA graph through one
+    pipeline stage of ``d`` (``SGLANG_EAGER_PREFILL_HOST_S`` per layer; the layers shared out
+    evenly over the stages)."""
+    per = SGLANG_EAGER_PREFILL_HOST_S
+    total = sum(per["mla_or_moe"] if (model.is_mla or kind == "moe") else per["dense"] for kind in model.layer_kinds)
+    return total / d.pp
+
+
 GIB = 2 ** 30
 
 
@@ -139,6 +161,8 @@ class ServeResult:
                 "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
                                             else ENGINES[e.name].request_overhead_source),
                 "overlap_schedule": e.overlap,
+                **({"eager_prefill": True, "eager_prefill_host_s": e.prefill_host_s,
+                    "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if e.prefill_host_s else {}),
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
                 "replicas": self.replicas,
@@ -180,7 +204,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
-          request_overhead_s: float | None = None) -> ServeResult:
+          request_overhead_s: float | None = None, eager_prefill: bool = False) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -194,7 +218,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     time from the client's send to the engine's queue (HTTP, chat template, tokenization, the
     hop to the engine process; with ``pd``, to the prefill pool's), in every client-side
     latency and in when a closed loop's next request reaches the engine (None: the engine's
-    measured front end, ``ENGINES``)."""
+    measured front end, ``ENGINES``). ``eager_prefill`` (sglang): prefill batches run without
+    CUDA graphs, as SGLang ran them until 2026, each paced by the slower of its GPU time and
+    the host's (``eager_prefill_host_s``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s)) if v is not None)
@@ -203,6 +229,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
         raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
                         f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
+    if eager_prefill and engine != "sglang":
+        raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
+                        f"{engine}'s are not modelled that way")
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
@@ -212,7 +241,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
-                         request_overhead_s=request_overhead_s), given=given)
+                         request_overhead_s=request_overhead_s, eager_prefill=eager_prefill), given=given)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
@@ -225,7 +254,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                    kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
-                                   chunked_context=chunked_context, request_overhead_s=request_overhead_s)
+                                   chunked_context=chunked_context, request_overhead_s=request_overhead_s,
+                                   eager_prefill=eager_prefill)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -237,7 +267,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
-             overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0) -> tuple:
+             overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
+             eager_prefill=False) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``: vLLM's budget at
     vLLM's limits, TensorRT-LLM's at its own, where not given), and its step tables up to
@@ -266,7 +297,9 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      ENGINES[engine].step_overhead_s if step_overhead_s is None else float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
-                     request_overhead_s=float(request_overhead_s))
+                     request_overhead_s=float(request_overhead_s),
+                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
+                     host_corner=profile.host_params().corner or None)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -306,7 +339,7 @@ def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_
 def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, decode_gpu, kv_link, *,
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
-              progress, request_overhead_s=0.0) -> ServeResult:
+              progress, request_overhead_s=0.0, eager_prefill=False) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -329,14 +362,15 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
-    for count, dep, context, spec, profile, front in (
-            (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile, request_overhead_s),
-            (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile, 0.0)):
+    for count, dep, context, spec, profile, front, eager in (
+            (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile, request_overhead_s, eager_prefill),
+            (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile, 0.0,
+             False)):
         p, kv, steps = _replica(model, spec, profile, dep, engine, context,
                                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
-                                overlap_schedule=overlap_schedule, request_overhead_s=front)
+                                overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
