@@ -212,6 +212,7 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
         assert float(eager["duration_s"][0]) > max(gpu, host) * (1 - 1e-12)
         assert np.allclose(eager["duration_s"][1:], graph["duration_s"][1:], rtol=1e-12)
         if prompt == 16:  # (the host's time, not the GPU's, sets a short prompt's first token)
+            short_gpu = gpu
             assert host > gpu
             assert runs[1].metrics["median_ttft_ms"] > runs[0].metrics["median_ttft_ms"] + (host - gpu) * 1e3
         else:  # (a long prompt's GPU time hides the host's)
@@ -221,6 +222,11 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
         assert "eager_prefill" not in runs[0].as_dict()
     with pytest.raises(UserError, match="--engine sglang"):
         serve(LLAMA, H200, FITTED, Deployment(), lone, engine="vllm", eager_prefill=True)
+    # (a disaggregated pair: its prefill pool runs them so, and says so)
+    pair = [serve(LLAMA, H200, FITTED, Deployment(), Requests(np.array([0.0]), np.array([16]), np.array([20])),
+                  engine="sglang", pd=(1, 1), request_overhead_s=0.0, eager_prefill=e) for e in (False, True)]
+    assert pair[1].as_dict()["eager_prefill_host_s"] == pytest.approx(host)
+    assert pair[1].metrics["median_ttft_ms"] > pair[0].metrics["median_ttft_ms"] + 0.5 * (host - short_gpu) * 1e3
 
 
 def test_engines_differ_as_their_schedulers_do():

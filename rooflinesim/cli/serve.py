@@ -359,8 +359,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
            f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
-           + (f", prefill without CUDA graphs ({e.prefill_host_s * 1e3:.3g} ms host time a batch at least)"
-              if e.prefill_host_s else "")
+           + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
+              if r.eager_prefill_host_s else "")
            + (f", {e.capacity_policy.replace('_', ' ')} capacity policy"
               + (", chunked context" if e.chunked_context else "") if e.name == "trtllm" else ""),
            f"workload: {load}", ""]

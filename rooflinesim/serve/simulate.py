@@ -145,6 +145,7 @@ class ServeResult:
     serving_sigmas: dict | None = None  # per metric group: the published benchmarks' spread (none: not widened)
     disaggregated: dict | None = None  # prefill/decode pools: what the pair did (disaggregated.run's stats)
     given: tuple = ()  # the overheads the caller set ("step", "request"): their source is the caller
+    eager_prefill_host_s: float = 0.0  # sglang --eager-prefill: the host's time for a prefill pass (0: captured)
 
     def as_dict(self) -> dict:
         e = self.engine
@@ -161,8 +162,8 @@ class ServeResult:
                 "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
                                             else ENGINES[e.name].request_overhead_source),
                 "overlap_schedule": e.overlap,
-                **({"eager_prefill": True, "eager_prefill_host_s": e.prefill_host_s,
-                    "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if e.prefill_host_s else {}),
+                **({"eager_prefill": True, "eager_prefill_host_s": self.eager_prefill_host_s,
+                    "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if self.eager_prefill_host_s else {}),
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
                 "replicas": self.replicas,
@@ -241,7 +242,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
-                         request_overhead_s=request_overhead_s, eager_prefill=eager_prefill), given=given)
+                         request_overhead_s=request_overhead_s, eager_prefill=eager_prefill), given=given,
+                       eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
@@ -261,7 +263,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
                          progress)
 
-    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp, given=given), [profile], engine, slo_ms,
+    return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp, given=given,
+                                             eager_prefill_host_s=p.prefill_host_s), [profile], engine, slo_ms,
                            interval_samples, seed)
 
 
