@@ -341,3 +341,18 @@ def test_a_front_end_delay_counts_in_the_plans_ttft():
     none = _plan(gpus=["h100-sxm"], samples=0, request_overhead_s=1.2)  # (the TTFT SLO: 1 s)
     assert none["best"] is None
     assert all(r["rejected"] == "TTFT" and "even alone" in r["reason"] for r in none["rejected"])
+
+
+def test_sglangs_eager_prefill_is_planned_as_serve_runs_it():
+    """plan --eager-prefill simulates SGLang's prefill batches without CUDA graphs, as serve
+    does (never a shorter P99 TTFT than with them), says so, and is refused for other engines."""
+    short = {**WORKLOAD, "input_len": 32, "range_ratio": 0.0}  # (prompts whose prefill the host paces)
+    kw = dict(gpus=["h100-sxm"], engine="sglang", samples=0, workload=short)
+    graphs, eager = _plan(**kw), _plan(eager_prefill=True, **kw)
+    assert eager["eager_prefill"] is True and graphs["eager_prefill"] is False
+    g, e = graphs["best"], eager["best"]
+    assert (g["gpu"], g["tp"], g["replicas"]) == (e["gpu"], e["tp"], e["replicas"])
+    assert e["metrics"]["p99_ttft_ms"] > g["metrics"]["p99_ttft_ms"]
+    assert e["metrics"]["median_ttft_ms"] > g["metrics"]["median_ttft_ms"]
+    with pytest.raises(UserError, match="--engine sglang"):
+        _plan(gpus=["h100-sxm"], eager_prefill=True)

@@ -59,6 +59,9 @@ MAX_RATE = 1e6
 @click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
                    "as serve --request-overhead (default: the engine's as measured).")
+@click.option("--eager-prefill", is_flag=True,
+              help="sglang: its prefill batches run without CUDA graphs, as serve --eager-prefill (SGLang before "
+                   "its 2026 prefill default).")
 @click.option("--jobs", type=Size(max=1024), default=None, help="Worker processes (default: one per core).")
 @click.option("--ray-address", default=None,
               help="Run the search on a Ray cluster at this address ('local': a Ray instance started here); "
@@ -73,7 +76,8 @@ MAX_RATE = 1e6
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
-         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, request_overhead, jobs,
+         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, request_overhead, eager_prefill,
+         jobs,
          ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -123,7 +127,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
-                  request_overhead_s=request_overhead)
+                  request_overhead_s=request_overhead, eager_prefill=eager_prefill)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)

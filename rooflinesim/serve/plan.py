@@ -249,7 +249,8 @@ def _simulate(args) -> dict:
                   requests_at(job["workload"], job["rate"]), engine=job["engine"],
                   max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
                   kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"],
-                  request_overhead_s=job.get("request_overhead_s", 0.0), **pair)
+                  request_overhead_s=job.get("request_overhead_s", 0.0),
+                  eager_prefill=job.get("eager_prefill", False), **pair)
     except UserError as e:
         return {"config": cfg, "rejected": "invalid", "reason": str(e)}
     missed = [k for k, v in slos.items() if r.metrics[k] > v]
@@ -373,14 +374,15 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
-         on_start=None, request_overhead_s: float | None = None) -> dict:
+         on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
     (the ideal roofline: optimistic, with no interval) are left out unless
     ``uncalibrated``. ``progress(k)``: k more configurations settled (``on_start(n)``: n
     in all). ``request_overhead_s``: each request's front end, as serve's (None: the
-    engine's measured one)."""
+    engine's measured one). ``eager_prefill`` (sglang): its prefill batches without CUDA
+    graphs, as serve's (the bounds, which leave the host out, stay below such runs)."""
     from ..models.config import load_config
     from .simulate import ENGINES
 
@@ -389,6 +391,9 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
+    if eager_prefill and engine != "sglang":
+        raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
+                        f"{engine}'s are not modelled that way")
     if pd and (engine not in ("vllm", "sglang") or max(pp or (1,)) > 1):
         raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm and sglang without pipeline stages")
     missing = [g for g in gpus if g not in prices]
@@ -413,6 +418,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
            "request_overhead_s": float(ENGINES[engine].request_overhead_s if request_overhead_s is None
                                        else request_overhead_s),
+           "eager_prefill": bool(eager_prefill),
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
@@ -582,6 +588,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     return {"model": model.name, "rate": job["rate"], "slos": job.get("slos_given", slos), **extra,
             "workload": job["workload"],
             "engine": job["engine"], "request_overhead_s": job.get("request_overhead_s", 0.0),
+            "eager_prefill": job.get("eager_prefill", False),
             "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
             "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,
