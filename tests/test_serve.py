@@ -229,12 +229,31 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
     assert pair[1].metrics["median_ttft_ms"] > pair[0].metrics["median_ttft_ms"] + 0.5 * (host - short_gpu) * 1e3
 
 
+def test_without_its_overlap_scheduler_sglangs_host_time_is_in_every_step():
+    """SGLang run without the overlap it ships pays its measured host time a step (0.61 ms,
+    PR 5608), named in the JSON; TensorRT-LLM's is not measured and none is added; a step
+    overhead given replaces either."""
+    reqs = random_requests(40, 512, 64, rate=2.0, seed=5)
+    on, off = (serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", overlap_schedule=o)
+               for o in (True, False))
+    assert on.engine.step_overhead_s == 0.0 and off.engine.step_overhead_s == pytest.approx(6.1e-4)
+    assert "PR 5608" in off.as_dict()["step_overhead_source"] and "PR 2067" in on.as_dict()["step_overhead_source"]
+    lone = Requests(np.array([0.0]), np.array([512]), np.array([64]))
+    alone, bare = (serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", overlap_schedule=False,
+                         step_overhead_s=h).served for h in (None, 0.0))
+    assert np.allclose(alone.steps["duration_s"], bare.steps["duration_s"] + 6.1e-4, rtol=1e-12)
+    trt = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm", overlap_schedule=False)
+    assert trt.engine.step_overhead_s == 0.0 and "not measured" in trt.as_dict()["step_overhead_source"]
+
+
 def test_engines_differ_as_their_schedulers_do():
     reqs = random_requests(400, 1024, 256, rate=20.0, seed=7, range_ratio=0.5)
     run = {e: serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=e) for e in ("vllm", "sglang", "trtllm")}
-    plain = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", overlap_schedule=False)
+    plain = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", overlap_schedule=False,
+                  step_overhead_s=0.0)
     # SGLang runs prefill batches ahead of decodes (no mixed chunks): first tokens sooner,
     # longer pauses between tokens; its overlap scheduler takes each request a step later
+    # (the schedulers alone: without the overlap, the host's time per step is set apart)
     assert plain.metrics["median_ttft_ms"] < run["vllm"].metrics["median_ttft_ms"]
     assert run["sglang"].metrics["median_ttft_ms"] > plain.metrics["median_ttft_ms"]
     assert run["sglang"].metrics["p99_itl_ms"] > run["vllm"].metrics["p99_itl_ms"]
@@ -250,11 +269,11 @@ def test_engines_differ_as_their_schedulers_do():
 @pytest.mark.parametrize("name", ["sglang", "trtllm"])
 def test_the_overlap_scheduler_takes_a_request_arriving_mid_step_a_step_later(name):
     lone = serve(LLAMA, H200, FITTED, Deployment(), Requests(np.array([0.0]), np.array([1000]), np.array([200])),
-                 engine=name, overlap_schedule=False, request_overhead_s=0.0).served
+                 engine=name, overlap_schedule=False, request_overhead_s=0.0, step_overhead_s=0.0).served
     t = float(lone.steps["start_s"][60] + 0.5 * lone.steps["duration_s"][60])  # (in the middle of a decode step)
     reqs = Requests(np.array([0.0, t]), np.array([1000, 500]), np.array([200, 20]))
     off, on = (serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=name, overlap_schedule=o,
-                     request_overhead_s=0.0).served for o in (False, True))
+                     request_overhead_s=0.0, step_overhead_s=0.0).served for o in (False, True))
     ends_off, ends_on = (s.steps["start_s"] + s.steps["duration_s"] for s in (off, on))
     k = int(np.searchsorted(ends_off, t))  # (the step it arrives in)
     assert off.scheduled_s[1] == pytest.approx(ends_off[k], rel=1e-12)  # (seen at the step's end)
