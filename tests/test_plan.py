@@ -356,3 +356,8 @@ def test_sglangs_eager_prefill_is_planned_as_serve_runs_it():
     assert e["metrics"]["median_ttft_ms"] > g["metrics"]["median_ttft_ms"]
     with pytest.raises(UserError, match="--engine sglang"):
         _plan(gpus=["h100-sxm"], eager_prefill=True)
+    from helpers import run_cli
+
+    code, _, err = run_cli(["plan", "--model", "llama-3.1-8b", "--rate", "5", "--slo-ttft-p99", "1s",
+                            "--gpu", "h200", "--max-gpus", "1", "--eager-prefill"])
+    assert code == 2 and "--engine sglang" in err and "Traceback" not in err

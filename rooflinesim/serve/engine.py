@@ -79,8 +79,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..eager import joined
 from ..errors import UserError
-from ..timing import corner
 from .metrics import Served
 from .traffic import Requests
 
@@ -102,7 +102,6 @@ class EngineParams:
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
     prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
-    host_corner: float | None = None  # how host and GPU time join in such a batch (eager.joined: the profile's)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -810,7 +809,7 @@ class _SGLang(_Sim):
                 samples = ctx == tokens[ids]
                 dur = self.steps.step_of(g, ctx, np.zeros(g.size, dtype=bool), int(samples.sum()))
                 if p.prefill_host_s:  # (no CUDA graph: the slower of the host and the GPU sets the pace)
-                    dur = corner([p.prefill_host_s, dur], p.host_corner)
+                    dur = joined(p.prefill_host_s, dur, self.steps.profile)
                 dur += p.step_overhead_s
                 self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
                 self.now += dur

@@ -384,16 +384,14 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     engine's measured one). ``eager_prefill`` (sglang): its prefill batches without CUDA
     graphs, as serve's (the bounds, which leave the host out, stay below such runs)."""
     from ..models.config import load_config
-    from .simulate import ENGINES
+    from .simulate import ENGINES, check_eager_prefill
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
-    if eager_prefill and engine != "sglang":
-        raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
-                        f"{engine}'s are not modelled that way")
+    check_eager_prefill(eager_prefill, engine)
     if pd and (engine not in ("vllm", "sglang") or max(pp or (1,)) > 1):
         raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm and sglang without pipeline stages")
     missing = [g for g in gpus if g not in prices]

@@ -87,6 +87,13 @@ SGLANG_EAGER_PREFILL_SOURCE = (
     "DeepSeek-V3's, any other as Llama's")
 
 
+def check_eager_prefill(eager_prefill: bool, engine: str) -> None:
+    """--eager-prefill is SGLang's (serve and plan say so alike)."""
+    if eager_prefill and engine != "sglang":
+        raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
+                        f"{engine}'s are not modelled that way")
+
+
 def eager_prefill_host_s(model, d: Deployment) -> float:
     """The host time of one SGLang prefill forward pass without a CUDA graph through one
     pipeline stage of ``d`` (``SGLANG_EAGER_PREFILL_HOST_S`` per layer; the layers shared out
@@ -240,9 +247,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
         raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
                         f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
-    if eager_prefill and engine != "sglang":
-        raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
-                        f"{engine}'s are not modelled that way")
+    check_eager_prefill(eager_prefill, engine)
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
@@ -313,8 +318,7 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
-                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
-                     host_corner=profile.host_params().corner or None)
+                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
