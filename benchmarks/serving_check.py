@@ -125,7 +125,8 @@ def simulate(point: dict, samples: int):
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
                  engine=point["engine"], interval_samples=samples, seed=SEED, concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
-                 overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point), **limits, **pair)
+                 overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
+                 max_model_len=point.get("max_model_len"), **limits, **pair)
 
 
 # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve

@@ -111,7 +111,8 @@ def test_preemption_by_recompute_when_the_cache_runs_out():
     (math.inf, None, 8, None), (30.0, 40_000, 64, 1024)])
 def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency, budget, monkeypatch):
     # (stretches past finishes, and steps that take whole prompts, against the general step)
-    kw = dict(n=300, rate=rate, kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget)
+    kw = dict(n=300, rate=rate, kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget,
+              max_num_seqs=budget and min(budget, 256))  # (vLLM: a budget holds a token of each running request)
     fast = _run(**kw)
     monkeypatch.setattr(engine._VllmV1, "stretches", False)
     slow = _run(**kw)

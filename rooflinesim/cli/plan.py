@@ -56,6 +56,10 @@ MAX_RATE = 1e6
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--max-model-len", type=Size(max=2**31), default=None,
+              help="Longest request (prompt + output tokens) every deployment must accept, as serve "
+                   "--max-model-len (default: the model's context, or for vLLM the longest its KV cache holds "
+                   "where that is shorter, reported as the --max-model-len to launch it with).")
 @click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
                    "as serve --request-overhead (default: the engine's as measured).")
@@ -76,8 +80,8 @@ MAX_RATE = 1e6
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
-         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, request_overhead, eager_prefill,
-         jobs,
+         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, max_model_len, request_overhead,
+         eager_prefill, jobs,
          ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -127,7 +131,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
-                  request_overhead_s=request_overhead, eager_prefill=eager_prefill)
+                  request_overhead_s=request_overhead, eager_prefill=eager_prefill, max_model_len=max_model_len)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)
@@ -155,7 +159,8 @@ def _row(r) -> tuple:
     m = r["metrics"]
     p = r.get("probability_meets_slo")
     return (_name(r), r["weights"], r["kv_dtype"], f"{r['max_num_batched_tokens']}/{r['max_num_seqs']}",
-            _replicas(r), str(r["gpus"]), f"${r['cost_per_hour']:,.2f}",
+            "-" if r.get("max_model_len") is None else f"{r['max_model_len']:,}", _replicas(r), str(r["gpus"]),
+            f"${r['cost_per_hour']:,.2f}",
             f"${r['cost_per_million_output_tokens']:,.3f}",
             *(f"{m[k]:.4g}" for k in sorted(k for k in m if k.startswith("p99_"))),
             "-" if p is None else f"{100 * p:.0f}%", r.get("profile", ""))
@@ -171,14 +176,16 @@ def _print(out: dict) -> None:
                      "within " + ", ".join(f"{k.replace('_ms', '')} <= {v:.4g} ms"
                                            for k, v in out["search_slos"].items()))
     keys = sorted(k for k in (out["best"] or {}).get("metrics", {}) if k.startswith("p99_"))
-    heads = ("deployment", "weights", "KV", "tokens/seqs", "replicas (P:D)" if out.get("pd") else "replicas", "GPUs",
-             "$/hour", "$/M out tok", *keys, "P(meets SLO)", "profile")
+    heads = ("deployment", "weights", "KV", "tokens/seqs", "max_model_len",
+             "replicas (P:D)" if out.get("pd") else "replicas", "GPUs", "$/hour", "$/M out tok", *keys,
+             "P(meets SLO)", "profile")
     if out["best"] is None:
         lines.append("no configuration meets the SLOs")
     else:
         b = out["best"]
         lines += ["", f"cheapest: {_name(b)} ({b['weights']} weights), max_num_batched_tokens "
                       f"{b['max_num_batched_tokens']}, max_num_seqs {b['max_num_seqs']}, "
+                      + (f"max_model_len {b['max_model_len']:,}, " if b.get("max_model_len") else "")
                       + (f"{b['replicas']} replica(s), " if not b.get("prefill_replicas") else
                          f"{b['prefill_replicas']} prefill and {b['decode_replicas']} decode replicas, ")
                       + f"{b['gpus']} GPUs, ${b['cost_per_hour']:,.2f} per hour, "

@@ -116,6 +116,10 @@ def _goodput(ctx, param, values) -> dict:
                    "forward pass leave).")
 @click.option("--kv-cache-tokens", type=POS, default=None,
               help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
+@click.option("--max-model-len", type=POS, default=None,
+              help="Longest request (prompt + output tokens) the engine accepts: vLLM's --max-model-len, "
+                   "SGLang's --context-length, TensorRT-LLM's max_seq_len (default: the model's "
+                   "max_position_embeddings). vLLM does not start where its KV cache cannot hold one such request.")
 @click.option("--pd", "pd", default=None, callback=_pd, metavar="PREFILL:DECODE",
               help="Prefill/decode disaggregation (vLLM with its NixlConnector, or SGLang's): PREFILL prefill "
                    "replicas and DECODE decode replicas of the deployment behind a proxy, each prompt's KV moved "
@@ -191,7 +195,8 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
-          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens, pd,
+          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens,
+          max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
@@ -274,7 +279,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    slo_ms=goodput or None, seed=seed,
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
-                   chunked_context=chunked_context, eager_prefill=eager_prefill)
+                   chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len)
     search = None
     if max_rate:
         def make(rate):
@@ -357,7 +362,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({how_run}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
-           f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
+           + (f"max_model_len {e.max_model_len:,}, " if e.max_model_len else "")
+           + f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")

@@ -102,6 +102,7 @@ class EngineParams:
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
     prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
+    max_model_len: int | None = None  # the longest request (prompt + output) the engine accepts (context.py)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)

@@ -4,7 +4,10 @@ The search space: replica types (GPU x tensor and expert parallelism x weight an
 dtypes) x the engine's limits (``max_num_batched_tokens`` x ``max_num_seqs``) x replicas
 (data parallelism, up to ``max_gpus``). A configuration is settled, cheapest first, by:
   1. memory: the memory planner's KV cache at those limits (``rooflinesim fit --engine
-     vllm``) must hold the workload's longest request; else "does not fit";
+     vllm``) must hold the workload's longest request (and, given ``max_model_len``, one
+     request that long, for vLLM to start); else "does not fit". Not given, a vLLM
+     configuration takes the longest ``max_model_len`` its KV cache holds, up to the
+     model's context, and reports it (a launch flag where it is the shorter);
   2. bounds from the replica type's step tables (``StepTimes``), without a simulation:
      * each request alone: its prefill takes at least one step per budget's worth of its
        prompt and at least its tokens at the best tokens-per-second of any step; each of
@@ -138,7 +141,7 @@ def _limits(engine: str, model, spec, kv_default: int, job: dict) -> tuple[list,
     engine's defaults for the GPU and the options beside them), and the engine's defaults."""
     from .simulate import engine_limits
 
-    base = engine_limits(engine, model, spec, kv_default)
+    base = engine_limits(engine, model, spec, kv_default, job.get("max_model_len"))
     tokens = job.get("max_num_batched_tokens") or sorted({base["max_num_batched_tokens"], *TOKENS_OPTIONS})
     seqs = job.get("max_num_seqs") or sorted({base["max_num_seqs"], *SEQS_OPTIONS}, reverse=True)
     return [(int(t), int(s)) for t in tokens for s in seqs], (base["max_num_batched_tokens"], base["max_num_seqs"])
@@ -148,6 +151,7 @@ def _bounds(args) -> dict:
     """A replica type through steps 1 and 2 (in a worker): per pair of limits, its KV cache
     and either the fewest replicas worth simulating or why none is."""
     c, job = args
+    from .context import kv_needed
     from .simulate import ENGINES, engine_kv_tokens, engine_limits, step_times
     from .traffic import requests_at
 
@@ -164,12 +168,18 @@ def _bounds(args) -> dict:
                                       max_num_batched_tokens=8192, max_num_seqs=1024)
         pairs, out["default"] = _limits(engine, model, spec, kv_default, job)
         fits = []
+        limit = job.get("max_model_len")
         for tokens, seqs in pairs:
             kv = engine_kv_tokens(engine, model, spec, d, block_size=block, gpu_memory_utilization=gmu,
                                   max_num_batched_tokens=tokens, max_num_seqs=seqs)
+            need = kv_needed(model, limit, tokens, block) if limit and engine == "vllm" else 0
             if kv < longest:
                 out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, "rejected": "does not fit",
                                       "reason": f"KV cache of {kv:,} tokens; the longest request needs {longest:,}"})
+            elif kv < need:
+                out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, "rejected": "does not fit",
+                                      "reason": f"KV cache of {kv:,} tokens; vLLM needs {need:,} to start at "
+                                                f"max_model_len {limit:,}"})
             else:
                 fits.append((tokens, seqs, kv))
         if not fits:
@@ -250,11 +260,11 @@ def _simulate(args) -> dict:
                   max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
                   kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"],
                   request_overhead_s=job.get("request_overhead_s", 0.0),
-                  eager_prefill=job.get("eager_prefill", False), **pair)
+                  eager_prefill=job.get("eager_prefill", False), max_model_len=job.get("max_model_len"), **pair)
     except UserError as e:
         return {"config": cfg, "rejected": "invalid", "reason": str(e)}
     missed = [k for k, v in slos.items() if r.metrics[k] > v]
-    out = {"config": cfg, "metrics": {k: r.metrics[k] for k in (
+    out = {"config": cfg, "max_model_len": r.engine.max_model_len, "metrics": {k: r.metrics[k] for k in (
         *slos, "request_throughput", "output_throughput", "median_ttft_ms", "median_tpot_ms")}}
     if missed:
         k = missed[0]
@@ -374,7 +384,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
-         on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False) -> dict:
+         on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False,
+         max_model_len: int | None = None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -382,7 +393,10 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     ``uncalibrated``. ``progress(k)``: k more configurations settled (``on_start(n)``: n
     in all). ``request_overhead_s``: each request's front end, as serve's (None: the
     engine's measured one). ``eager_prefill`` (sglang): its prefill batches without CUDA
-    graphs, as serve's (the bounds, which leave the host out, stay below such runs)."""
+    graphs, as serve's (the bounds, which leave the host out, stay below such runs).
+    ``max_model_len``: the longest request each deployment must accept (vLLM: its KV cache
+    must hold one to start); None: each takes the model's context, or (vLLM) the longest its
+    KV cache holds where that is shorter (the launch flag ``--max-model-len`` reported with it)."""
     from ..models.config import load_config
     from .simulate import ENGINES, check_eager_prefill
 
@@ -398,6 +412,12 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     if missing:
         raise UserError(f"no price for {', '.join(missing)}: give --prices FILE with them, or leave them out")
     model = load_config(model_name)
+    from .context import check_requests, max_model_len as context_limit
+    from .traffic import requests_at
+
+    limit = context_limit(model, max_model_len)
+    sample = requests_at(workload, math.inf)
+    check_requests(sample.input_tokens, sample.output_tokens, limit, engine)
     ideal = [g for g in gpus if not calibrated(g)]
     if not uncalibrated:
         gpus = [g for g in gpus if g not in ideal]
@@ -416,7 +436,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
            "engine": engine, "gpu_memory_utilization": gpu_memory_utilization,
            "request_overhead_s": float(ENGINES[engine].request_overhead_s if request_overhead_s is None
                                        else request_overhead_s),
-           "eager_prefill": bool(eager_prefill),
+           "eager_prefill": bool(eager_prefill), "max_model_len": max_model_len,
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
@@ -586,6 +606,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
     return {"model": model.name, "rate": job["rate"], "slos": job.get("slos_given", slos), **extra,
             "workload": job["workload"],
             "engine": job["engine"], "request_overhead_s": job.get("request_overhead_s", 0.0),
+            "max_model_len": job.get("max_model_len"),
             "eager_prefill": job.get("eager_prefill", False),
             "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
@@ -618,7 +639,8 @@ def _row(cfg: Config, r: dict, prices: dict, profile: str) -> dict:
     tokens_per_hour = r["metrics"]["output_throughput"] * 3600
     return {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "weights": c.weights, "kv_dtype": c.kv_dtype,
             "profile": profile, "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
-            "kv_cache_tokens": cfg.kv_cache_tokens, "replicas": cfg.replicas, "gpus": cfg.replicas * c.gpus,
+            "kv_cache_tokens": cfg.kv_cache_tokens, "max_model_len": r.get("max_model_len"),
+            "replicas": cfg.replicas, "gpus": cfg.replicas * c.gpus,
             "prefill_replicas": cfg.prefill or None,
             "decode_replicas": cfg.replicas - cfg.prefill if cfg.prefill else None,
             "cost_per_hour": cfg.cost_per_hour,

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..models.deploy import Deployment
+from . import context
 from .engine import EngineParams, engine_class, simulate
 from .metrics import Served, summary
 from .residual import APPLIES_TO, log_sigma, met_probability, shipped, widen
@@ -106,9 +107,11 @@ def eager_prefill_host_s(model, d: Deployment) -> float:
 GIB = 2 ** 30
 
 
-def engine_limits(engine: str, model, spec, kv_tokens: int | None = None) -> dict:
+def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, context_len: int | None = None) -> dict:
     """The engine's own defaults for the deployment's GPU: the token budget of a step, the
-    most requests running, the KV block (tokens), and SGLang's prefill batch limit."""
+    most requests running, the KV block (tokens), and SGLang's prefill batch limit (its
+    running requests from the KV cache over ``context_len``: --context-length, else the
+    model's)."""
     from ..memory import vllm_defaults
 
     if engine == "sglang":  # (server_args.py: chunked_prefill_size by GPU memory; scheduler.py)
@@ -116,8 +119,8 @@ def engine_limits(engine: str, model, spec, kv_tokens: int | None = None) -> dic
         chunk = 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
         seqs = 4096
         if kv_tokens is not None:
-            context = model.max_position_embeddings or 4096
-            pool = min(max(int(kv_tokens / context * 512), 2048), 4096)
+            longest = context_len or model.max_position_embeddings or 4096
+            pool = min(max(int(kv_tokens / longest * 512), 2048), 4096)
             seqs = max(1, min(kv_tokens // 2, pool))
         return {"max_num_batched_tokens": chunk, "max_num_seqs": seqs, "block_size": 1,
                 "max_prefill_tokens": 16384}
@@ -171,6 +174,7 @@ class ServeResult:
             "interval_serving_source": shipped()["source"] if self.serving_sigmas else None}
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
+                "max_model_len": e.max_model_len,
                 "step_overhead_s": e.step_overhead_s,
                 "step_overhead_source": ("given (--step-overhead)" if "step" in self.given
                                          else ENGINES[e.name].serial_source if ENGINES[e.name].overlap and not e.overlap
@@ -222,7 +226,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
-          request_overhead_s: float | None = None, eager_prefill: bool = False) -> ServeResult:
+          request_overhead_s: float | None = None, eager_prefill: bool = False,
+          max_model_len: int | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -238,9 +243,14 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     latency and in when a closed loop's next request reaches the engine (None: the engine's
     measured front end, ``ENGINES``). ``eager_prefill`` (sglang): prefill batches run without
     CUDA graphs, as SGLang ran them until 2026, each paced by the slower of its GPU time and
-    the host's (``eager_prefill_host_s``)."""
+    the host's (``eager_prefill_host_s``). ``max_model_len``: the longest request the engine
+    accepts (None: the model's context, ``context.max_model_len``); a request past it is
+    refused in one sentence, as vLLM's start where its KV cache cannot hold one that long."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    limit = context.max_model_len(model, max_model_len) if engine in context.SERVED else None
+    context.check_requests(reqs.input_tokens, reqs.output_tokens, limit, engine)
+    limit_given = max_model_len is not None
     given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s)) if v is not None)
     if request_overhead_s is None:
         request_overhead_s = ENGINES[engine].request_overhead_s
@@ -257,7 +267,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          step_overhead_s=step_overhead_s, overlap_schedule=overlap_schedule,
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
-                         request_overhead_s=request_overhead_s, eager_prefill=eager_prefill), given=given,
+                         request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
+                         max_model_len=limit, max_model_len_given=limit_given), given=given,
                        eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
@@ -272,7 +283,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
                                    chunked_context=chunked_context, request_overhead_s=request_overhead_s,
-                                   eager_prefill=eager_prefill)
+                                   eager_prefill=eager_prefill, max_model_len=limit,
+                                   max_model_len_given=limit_given)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -286,11 +298,16 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
-             eager_prefill=False) -> tuple:
+             eager_prefill=False, max_model_len=None, max_model_len_given=True) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``: vLLM's budget at
     vLLM's limits, TensorRT-LLM's at its own, where not given), and its step tables up to
-    ``max_context``."""
+    ``max_context``; vLLM's checks at start (a step's token budget holds a token of each
+    running request; the KV cache holds one request of ``max_model_len``). A KV cache the
+    caller gives (read from a server's log) is one a server started with: where
+    ``max_model_len`` is the model's by default, not given, it is taken as at most what
+    that cache holds."""
+    kv_given = kv_tokens is not None
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
@@ -306,7 +323,14 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
-    seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv_tokens)["max_num_seqs"])
+    seqs = int(max_num_seqs or engine_limits(engine, model, spec, kv_tokens, max_model_len)["max_num_seqs"])
+    if engine == "vllm":  # (vllm/config/scheduler.py, SchedulerConfig's checks; kv_cache_utils.py)
+        if mnbt < seqs:
+            raise UserError(f"max_num_batched_tokens ({mnbt:,}) must be at least max_num_seqs ({seqs:,}): "
+                            f"vLLM refuses to start otherwise")
+        if kv_given and not max_model_len_given and max_model_len is not None:
+            max_model_len = min(max_model_len, context.largest_fitting(model, kv_tokens, mnbt, block_size))
+        context.check_vllm_start(model, kv_tokens, max_model_len, mnbt, block_size)
     overlap = ENGINES[engine].overlap if overlap_schedule is None else bool(overlap_schedule)
     if overlap and engine not in ("sglang", "trtllm"):
         raise UserError(f"the overlap scheduler is modelled for --engine sglang and trtllm; {engine}'s is not "
@@ -318,7 +342,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
-                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
+                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
+                     max_model_len=max_model_len)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -358,7 +383,8 @@ def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_
 def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, decode_tp, decode_gpu, kv_link, *,
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
-              progress, request_overhead_s=0.0, eager_prefill=False) -> ServeResult:
+              progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
+              max_model_len_given=True) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -381,15 +407,16 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
     longest = int((reqs.input_tokens + reqs.output_tokens).max())
     d_spec, d_profile = decode_gpu or (spec, profile)
     pools = []
-    for count, dep, context, spec, profile, front, eager in (
+    for count, dep, reach, spec, profile, front, eager in (
             (prefill_n, d, int(reqs.input_tokens.max()) + 1, spec, profile, request_overhead_s, eager_prefill),
             (decode_n, d if decode_tp is None else replace(d, tp=int(decode_tp)), longest, d_spec, d_profile, 0.0,
              False)):
-        p, kv, steps = _replica(model, spec, profile, dep, engine, context,
+        p, kv, steps = _replica(model, spec, profile, dep, engine, reach,
                                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
-                                overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager)
+                                overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager,
+                                max_model_len=max_model_len, max_model_len_given=max_model_len_given)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
