@@ -178,12 +178,17 @@ def _version(point: dict) -> tuple:
 
 def overlap_schedule(point: dict) -> bool | None:
     """Whether the point's server ran an overlap scheduler: SGLang's was opt-in until PR 2067
-    (2024-11-18) turned it on by default, first released in 0.3.6; otherwise the engine's
-    default (None)."""
-    if point["engine"] == "sglang" and "--disable-overlap-schedule" in point.get("server", ""):
+    (2024-11-18) turned it on by default, first released in 0.3.6; vLLM's async scheduling
+    until 0.14.0 (PR 27614); otherwise the engine's default (None)."""
+    server = point.get("server", "")
+    if point["engine"] == "sglang" and "--disable-overlap-schedule" in server:
         return False
     if point["engine"] == "sglang" and _version(point) < (0, 3, 6):
-        return "--enable-overlap-schedule" in point.get("server", "")
+        return "--enable-overlap-schedule" in server
+    if point["engine"] == "vllm" and "--no-async-scheduling" in server:
+        return False
+    if point["engine"] == "vllm" and _version(point) < (0, 14):
+        return "--async-scheduling" in server
     return None
 
 

@@ -109,10 +109,12 @@ def test_preemption_by_recompute_when_the_cache_runs_out():
 @pytest.mark.parametrize("rate, kv, concurrency, budget", [
     (5.0, None, None, None), (50.0, None, None, None), (math.inf, 80_000, None, None), (2.0, None, None, 512),
     (math.inf, None, 8, None), (30.0, 40_000, 64, 1024)])
-def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency, budget, monkeypatch):
+@pytest.mark.parametrize("overlap", [True, False])  # (vLLM's async scheduling, and without)
+def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency, budget, overlap, monkeypatch):
     # (stretches past finishes, and steps that take whole prompts, against the general step)
     kw = dict(n=300, rate=rate, kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget,
-              max_num_seqs=budget and min(budget, 256))  # (vLLM: a budget holds a token of each running request)
+              max_num_seqs=budget and min(budget, 256),  # (vLLM: a budget holds a token of each running request)
+              overlap_schedule=overlap)
     fast = _run(**kw)
     monkeypatch.setattr(engine._VllmV1, "stretches", False)
     slow = _run(**kw)
@@ -185,7 +187,7 @@ def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from(
     given = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.002).as_dict()
     assert given["request_overhead_s"] == 0.002 and given["request_overhead_source"].startswith("given")
     # (a step overhead given is named as given too, not as the engine's measured one)
-    assert "PR 11133" in vllm["step_overhead_source"]
+    assert "PR 27614" in vllm["step_overhead_source"]
     stepped = serve(LLAMA, H200, FITTED, Deployment(), reqs, step_overhead_s=0.0).as_dict()
     assert stepped["step_overhead_source"].startswith("given")
 
@@ -286,9 +288,17 @@ def test_the_overlap_scheduler_takes_a_request_arriving_mid_step_a_step_later(na
 
 def test_overlap_scheduling_is_modelled_where_the_engine_has_it():
     with pytest.raises(UserError, match="overlap scheduler"):
-        serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine="vllm", overlap_schedule=True)
-    r = serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine="sglang")
-    assert r.engine.overlap and r.as_dict()["overlap_schedule"] is True
+        serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine="static", overlap_schedule=True)
+    for name in ("vllm", "sglang", "trtllm"):  # (vLLM's async scheduling, on by default since 0.14)
+        r = serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), engine=name)
+        assert r.engine.overlap and r.as_dict()["overlap_schedule"] is True
+    # vLLM's pipelines run without it (0.14 left them out), and asking for it there is refused
+    r = serve(LLAMA, H200, FITTED, Deployment(pp=2), random_requests(3, 100, 8))
+    assert not r.engine.overlap and r.engine.step_overhead_s == pytest.approx(1.5e-4)
+    with pytest.raises(UserError, match="pipeline stages is not modelled"):
+        serve(LLAMA, H200, FITTED, Deployment(pp=2), random_requests(3, 100, 8), overlap_schedule=True)
+    off = serve(LLAMA, H200, FITTED, Deployment(), random_requests(3, 100, 8), overlap_schedule=False).as_dict()
+    assert off["step_overhead_s"] == pytest.approx(1.5e-4) and "PR 11133" in off["step_overhead_source"]
 
 
 def test_trtllm_refuses_a_prompt_past_its_token_budget():
@@ -439,7 +449,8 @@ def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
     (["--trace", "/nonexistent/trace.csv"], "trace"),
     (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], "at least --max-num-seqs"),
     (["--kv-cache-tokens", "100", "--input-len", "4000"], "KV blocks"),
-    (["--overlap-schedule"], "overlap scheduler"),
+    (["--overlap-schedule", "--engine", "static"], "overlap scheduler"),
+    (["--overlap-schedule", "--pp", "2"], "pipeline stages"),
 ])
 def test_cli_bad_input_is_one_sentence_and_exit_2(args, says):
     from rooflinesim.cli.main import main

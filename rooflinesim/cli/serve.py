@@ -142,9 +142,10 @@ def _goodput(ctx, param, values) -> dict:
                    "sees and in when a closed loop's next request arrives (default: the engine's as measured, "
                    "with its source in the JSON: 6.9 ms for sglang, none for the others).")
 @click.option("--overlap-schedule/--no-overlap-schedule", default=None,
-              help="sglang, trtllm: the scheduler forms the next batch while the GPU runs this one, so a "
-                   "request arriving during a step is scheduled a step later (default: on, as both engines "
-                   "ship; SGLang's --disable-overlap-schedule, and SGLang before 0.3.6, run without).")
+              help="The scheduler forms the next batch while the GPU runs this one, so a request arriving "
+                   "during a step is scheduled a step later: vLLM's async scheduling, SGLang's and TensorRT-LLM's "
+                   "overlap schedulers (default: on, as the engines ship; vLLM before 0.14 or with pipeline "
+                   "stages, SGLang before 0.3.6 or with --disable-overlap-schedule run without).")
 @click.option("--eager-prefill", is_flag=True,
               help="sglang: prefill batches run without CUDA graphs, as SGLang ran them until piecewise CUDA graphs "
                    "became its prefill default (2026, PR 16331): each batch is paced by the slower of its GPU time "
@@ -363,7 +364,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
            f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
            + (f"max_model_len {e.max_model_len:,}, " if e.max_model_len else "")
-           + f"{e.step_overhead_s * 1e3:g} ms host time per step" + (", overlap scheduler" if e.overlap else "")
+           + f"{e.step_overhead_s * 1e3:g} ms host time per step"
+           + ((", async scheduling" if e.name == "vllm" else ", overlap scheduler") if e.overlap else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")

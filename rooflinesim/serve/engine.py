@@ -13,7 +13,13 @@ FCFS, chunked prefill always on:
     the budget lasts, fewer than ``max_num_seqs`` requests run and the blocks of the
     tokens they are given are free (a prompt longer than the budget left is chunked);
   * a request samples a token in the step that computes its last uncomputed token (the
-    first at the end of its prefill); it finishes with its output and frees its blocks.
+    first at the end of its prefill); it finishes with its output and frees its blocks;
+  * async scheduling (``overlap``; on by default since v0.14.0, PR 27614, but with pipeline
+    stages): the engine core schedules the next step as soon as this one is launched, the
+    tokens this one samples standing in as placeholders (``AsyncScheduler``; the batch
+    queue of ``EngineCore.step_with_batch_queue``), so a request that arrives while a step
+    runs is first scheduled in the step after the next, as under SGLang's overlap
+    scheduler (below).
 ``sglang``: SGLang's scheduler (python/sglang/srt/managers/scheduler.py, schedule_policy.py,
 schedule_batch.py), FCFS, mixed chunks off (its default):
   * a step is a prefill batch whenever one can be formed, else a decode step of every
@@ -97,7 +103,7 @@ class EngineParams:
     step_overhead_s: float  # host time per step not hidden under the GPU's
     max_prefill_tokens: int = 16384  # sglang: prompt tokens of one prefill batch (its first request may pass it)
     stages: int = 1  # pipeline stages of a replica (vllm: as many batches in flight)
-    overlap: bool = False  # sglang, trtllm: the next batch is formed while the GPU runs this one
+    overlap: bool = False  # the next batch is formed while the GPU runs this one (vLLM: async scheduling)
     capacity_policy: str = "guaranteed_no_evict"  # trtllm: or "max_utilization"
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
@@ -276,7 +282,7 @@ class _VllmV1(_Sim):
         while done < n:
             self.send_due(waiting)
             if not waiting and run.size == 0:
-                self.now = self.due()
+                self.idle(self.due())
                 continue
             want = run.tokens - run.computed
             if self.stretches and waiting:  # (where it takes a step, no decode stretch could be)
@@ -294,7 +300,7 @@ class _VllmV1(_Sim):
                 later = self._next_ready()
                 if later is None:
                     raise UserError("the engine stalled: no request fits in the KV cache")
-                self.now = later
+                self.idle(later)  # (no step runs: the next request is seen at once)
                 continue
             # 3. the step: decode tokens and prefill chunks, priced
             ctx = run.computed + give
@@ -514,6 +520,7 @@ class _VllmV1(_Sim):
         run.generated = run.generated + steps
         run.held = held
         self.now = float(ends[-1])
+        self.formed = float(ends[-1] - dur[-1]) if p.overlap else None  # (as record() leaves it after the last)
         run.last = ends[steps - 1]  # (a request that finished: its last token's time)
         return True
 

@@ -48,10 +48,15 @@ class EngineDefaults:
 
 
 ENGINES = {
-    "vllm": EngineDefaults(1.5e-4, (
-        "vLLM v1 runs its scheduler in an engine-core process that overlaps the GPU; the gap "
-        "between decode steps with the host work overlapped was 150-170 us (vllm-project/vllm "
-        "PR 11133); without the overlap it measured 5-6 ms at batch 256 (issue 10634)")),
+    "vllm": EngineDefaults(0.0, (
+        "vLLM's async scheduling (on by default since v0.14.0, vllm-project/vllm PR 27614) schedules the "
+        "next step while the GPU runs this one, its sampled tokens as placeholders (PR 19970: to hide the "
+        "scheduler's time under the model's); a request arriving during a step is scheduled a step later"), True,
+        serial_step_overhead_s=1.5e-4, serial_source=(
+            "vLLM v1 without async scheduling (before v0.14.0, or --no-async-scheduling; always with pipeline "
+            "stages): the gap between decode steps with the engine core's host work overlapped by its "
+            "processes was 150-170 us (vllm-project/vllm PR 11133); without that overlap it measured 5-6 ms "
+            "at batch 256 (issue 10634)")),
     "sglang": EngineDefaults(0.0, (
         "SGLang's overlap scheduler (on by default since PR 2067) prepares a batch while the GPU runs the "
         "one before; its v0.4 release post shows no GPU idle time between decode batches "
@@ -300,8 +305,9 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
              eager_prefill=False, max_model_len=None, max_model_len_given=True) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
-    for the GPU where not given), its KV cache (``engine_kv_tokens``: vLLM's budget at
-    vLLM's limits, TensorRT-LLM's at its own, where not given), and its step tables up to
+    for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
+    and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
+    its step tables up to
     ``max_context``; vLLM's checks at start (a step's token budget holds a token of each
     running request; the KV cache holds one request of ``max_model_len``). A KV cache the
     caller gives (read from a server's log) is one a server started with: where
@@ -312,7 +318,7 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
     if kv_tokens is None:
-        if engine == "trtllm":  # (its forward pass at its own limits)
+        if engine in ("trtllm", "vllm"):  # (its forward pass, or vLLM's profiling pass, at its own limits)
             limits = (mnbt, int(max_num_seqs or base["max_num_seqs"]))
         else:  # (vLLM's profiling pass at vLLM's limits)
             v = engine_limits("vllm", model, spec)
@@ -332,9 +338,14 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
             max_model_len = min(max_model_len, context.largest_fitting(model, kv_tokens, mnbt, block_size))
         context.check_vllm_start(model, kv_tokens, max_model_len, mnbt, block_size)
     overlap = ENGINES[engine].overlap if overlap_schedule is None else bool(overlap_schedule)
-    if overlap and engine not in ("sglang", "trtllm"):
-        raise UserError(f"the overlap scheduler is modelled for --engine sglang and trtllm; {engine}'s is not "
-                        f"(vLLM's --async-scheduling is not modelled yet)")
+    if engine == "vllm" and d.pp > 1:  # (vLLM 0.14's async scheduling leaves pipelines out)
+        if overlap_schedule:
+            raise UserError("vLLM's async scheduling (--overlap-schedule) with pipeline stages is not modelled; "
+                            "vLLM 0.14 turned it on by default for every deployment but those")
+        overlap = False
+    if overlap and engine not in ("vllm", "sglang", "trtllm"):
+        raise UserError(f"the overlap scheduler is modelled for --engine vllm (async scheduling), sglang and "
+                        f"trtllm; {engine} has none")
     if step_overhead_s is None:  # (the engine's; without the overlap it ships, the host's time in series)
         e = ENGINES[engine]
         step_overhead_s = e.serial_step_overhead_s if e.overlap and not overlap else e.step_overhead_s
