@@ -81,6 +81,10 @@ def test_vllm_does_not_start_where_its_kv_cache_cannot_hold_one_longest_request(
     assert logged.engine.max_model_len == 30_000 // 16 * 16
     with pytest.raises(UserError, match="vLLM would not start"):
         serve(LLAMA70, GH200, prof, d, _reqs(1000, 100), kv_tokens=30_000, max_model_len=40_000)
+    # --max-model-len auto (vLLM 0.14, PR 29431): the longest the cache holds, up to the model's
+    assert serve(LLAMA70, GH200, prof, d, _reqs(1000, 100), max_model_len="auto").engine.max_model_len == fits
+    assert serve(LLAMA, H200, resolve_profile(H200, None), Deployment(), _reqs(1000, 100),
+                 max_model_len="auto").engine.max_model_len == 131_072
 
 
 def test_vllms_step_budget_must_hold_a_token_of_each_running_request():
@@ -114,6 +118,14 @@ def test_cli_says_it_in_one_sentence_with_exit_2():
     assert code == 2 and "vLLM would not start" in err and "--max-model-len" in err
     code, out, _ = run_cli(base + ["--max-model-len", "4096", "--json"])
     assert code == 0 and json.loads(out)["max_model_len"] == 4096
+    code, _, err = run_cli(base + ["--max-model-len", "long"])
+    assert code == 2 and "whole number" in err and "Traceback" not in err
+    gh = ["serve", "--model", "llama-3.1-70b", "--gpu", "gh200", "--weights", "fp8", "--num-prompts", "5",
+          "--interval-samples", "0", "--json", "--max-model-len"]
+    for spelling in ("auto", "-1"):
+        code, out, err = run_cli(gh + [spelling])
+        assert code == 0, err
+        assert 20_000 < json.loads(out)["max_model_len"] < 60_000
     code, out, _ = run_cli(base)
     assert code == 0 and "max_model_len 131,072" in out
 
@@ -144,6 +156,7 @@ def test_plan_reports_the_max_model_len_to_launch_with():
     assert gh and gh[0]["rejected"] == "does not fit" and "to start at max_model_len 100,000" in gh[0]["reason"]
     with pytest.raises(UserError, match="requests need more than max_model_len 1,000"):
         _plan(max_model_len=1000)
+    assert _plan(max_model_len="auto")["best"] == best
 
 
 def test_plan_cli_shows_the_column_and_refuses_a_workload_past_the_context():

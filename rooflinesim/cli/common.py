@@ -44,6 +44,19 @@ class Size(click.IntRange):
         return "N"
 
 
+class SizeOrAuto(Size):
+    """A whole number as ``Size`` takes it, or 'auto' (vLLM's spelling, also -1): the
+    string "auto"."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() in ("auto", "-1"):
+            return "auto"
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "N|auto"
+
+
 class Real(click.FloatRange):
     """A finite number in a range (never NaN or infinity)."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from .common import FRACTION, MAX_COUNT, Real, Size, UserError, echo, emit_json, json_option, parse_size, table
+from .common import (FRACTION, MAX_COUNT, Real, Size, SizeOrAuto, UserError, echo, emit_json, json_option,
+                     parse_size, table)
 from .serve import MAX_LEN, MAX_OVERHEAD_S, MAX_PROMPTS, Rate
 
 MAX_RATE = 1e6
@@ -56,10 +57,11 @@ MAX_RATE = 1e6
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
-@click.option("--max-model-len", type=Size(max=2**31), default=None,
+@click.option("--max-model-len", type=SizeOrAuto(max=2**31), default=None,
               help="Longest request (prompt + output tokens) every deployment must accept, as serve "
                    "--max-model-len (default: the model's context, or for vLLM the longest its KV cache holds "
-                   "where that is shorter, reported as the --max-model-len to launch it with).")
+                   "where that is shorter, reported as the --max-model-len to launch it with; 'auto': that "
+                   "default).")
 @click.option("--request-overhead", type=Real(min=0, max=MAX_OVERHEAD_S), default=None,
               help="Seconds from a client's send to the engine's queue for each request (the server's front end), "
                    "as serve --request-overhead (default: the engine's as measured).")
@@ -131,7 +133,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
                   gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
-                  request_overhead_s=request_overhead, eager_prefill=eager_prefill, max_model_len=max_model_len)
+                  request_overhead_s=request_overhead, eager_prefill=eager_prefill,
+                  max_model_len=None if max_model_len == "auto" else max_model_len)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)

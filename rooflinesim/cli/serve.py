@@ -7,8 +7,9 @@ import math
 
 import click
 
-from .common import (FRACTION, MAX_COUNT, POS, Real, Size, UserError, echo, emit_json, gpu_options, json_option,
-                     load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table, weights_of)
+from .common import (FRACTION, MAX_COUNT, POS, Real, Size, SizeOrAuto, UserError, echo, emit_json, gpu_options,
+                     json_option, load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table,
+                     weights_of)
 
 PAR = Size(max=MAX_COUNT)
 MAX_PROMPTS = 10_000_000
@@ -116,10 +117,11 @@ def _goodput(ctx, param, values) -> dict:
                    "forward pass leave).")
 @click.option("--kv-cache-tokens", type=POS, default=None,
               help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
-@click.option("--max-model-len", type=POS, default=None,
+@click.option("--max-model-len", type=SizeOrAuto(max=2**31), default=None,
               help="Longest request (prompt + output tokens) the engine accepts: vLLM's --max-model-len, "
                    "SGLang's --context-length, TensorRT-LLM's max_seq_len (default: the model's "
-                   "max_position_embeddings). vLLM does not start where its KV cache cannot hold one such request.")
+                   "max_position_embeddings). vLLM does not start where its KV cache cannot hold one such request; "
+                   "'auto' (vLLM's, since 0.14): the longest its KV cache holds, up to the model's.")
 @click.option("--pd", "pd", default=None, callback=_pd, metavar="PREFILL:DECODE",
               help="Prefill/decode disaggregation (vLLM with its NixlConnector, or SGLang's): PREFILL prefill "
                    "replicas and DECODE decode replicas of the deployment behind a proxy, each prompt's KV moved "

@@ -415,6 +415,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     from .context import check_requests, max_model_len as context_limit
     from .traffic import requests_at
 
+    if max_model_len == "auto":  # (vLLM's --max-model-len auto: what the search does without one)
+        max_model_len = None
     limit = context_limit(model, max_model_len)
     sample = requests_at(workload, math.inf)
     check_requests(sample.input_tokens, sample.output_tokens, limit, engine)

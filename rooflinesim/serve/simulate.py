@@ -232,7 +232,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
           request_overhead_s: float | None = None, eager_prefill: bool = False,
-          max_model_len: int | None = None) -> ServeResult:
+          max_model_len: int | str | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -249,13 +249,17 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     measured front end, ``ENGINES``). ``eager_prefill`` (sglang): prefill batches run without
     CUDA graphs, as SGLang ran them until 2026, each paced by the slower of its GPU time and
     the host's (``eager_prefill_host_s``). ``max_model_len``: the longest request the engine
-    accepts (None: the model's context, ``context.max_model_len``); a request past it is
-    refused in one sentence, as vLLM's start where its KV cache cannot hold one that long."""
+    accepts (None: the model's context, ``context.max_model_len``; "auto": for vLLM, the
+    longest its KV cache holds, up to that); a request past it is refused in one sentence,
+    as vLLM's start where its KV cache cannot hold one that long."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
-    limit = context.max_model_len(model, max_model_len) if engine in context.SERVED else None
+    auto = max_model_len == "auto"
+    limit = context.max_model_len(model, None if auto else max_model_len) if engine in context.SERVED else None
     context.check_requests(reqs.input_tokens, reqs.output_tokens, limit, engine)
-    limit_given = max_model_len is not None
+    # (vLLM's limit cut to what its KV cache holds: asked for, or a cache read from a log whose
+    # server started at the model's default)
+    fit_limit = auto or (kv_tokens is not None and max_model_len is None)
     given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s)) if v is not None)
     if request_overhead_s is None:
         request_overhead_s = ENGINES[engine].request_overhead_s
@@ -273,7 +277,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
                          request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
-                         max_model_len=limit, max_model_len_given=limit_given), given=given,
+                         max_model_len=limit, fit_max_model_len=fit_limit), given=given,
                        eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
@@ -289,7 +293,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
                                    chunked_context=chunked_context, request_overhead_s=request_overhead_s,
                                    eager_prefill=eager_prefill, max_model_len=limit,
-                                   max_model_len_given=limit_given)
+                                   fit_max_model_len=fit_limit)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -303,17 +307,15 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
-             eager_prefill=False, max_model_len=None, max_model_len_given=True) -> tuple:
+             eager_prefill=False, max_model_len=None, fit_max_model_len=False) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
     and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
     its step tables up to
     ``max_context``; vLLM's checks at start (a step's token budget holds a token of each
-    running request; the KV cache holds one request of ``max_model_len``). A KV cache the
-    caller gives (read from a server's log) is one a server started with: where
-    ``max_model_len`` is the model's by default, not given, it is taken as at most what
-    that cache holds."""
-    kv_given = kv_tokens is not None
+    running request; the KV cache holds one request of ``max_model_len``), which with
+    ``fit_max_model_len`` is first cut to the longest the cache holds (vLLM's --max-model-len
+    auto; and a cache read from a server's log is one that started)."""
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
@@ -334,7 +336,7 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
         if mnbt < seqs:
             raise UserError(f"max_num_batched_tokens ({mnbt:,}) must be at least max_num_seqs ({seqs:,}): "
                             f"vLLM refuses to start otherwise")
-        if kv_given and not max_model_len_given and max_model_len is not None:
+        if fit_max_model_len and max_model_len is not None:
             max_model_len = min(max_model_len, context.largest_fitting(model, kv_tokens, mnbt, block_size))
         context.check_vllm_start(model, kv_tokens, max_model_len, mnbt, block_size)
     overlap = ENGINES[engine].overlap if overlap_schedule is None else bool(overlap_schedule)
@@ -395,7 +397,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
               progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
-              max_model_len_given=True) -> ServeResult:
+              fit_max_model_len=False) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -427,7 +429,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                 overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager,
-                                max_model_len=max_model_len, max_model_len_given=max_model_len_given)
+                                max_model_len=max_model_len, fit_max_model_len=fit_max_model_len)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
