@@ -31,7 +31,7 @@ def main() -> None:
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.serve.engine import EngineParams, simulate
-    from rooflinesim.serve.simulate import ENGINES, kv_cache_tokens
+    from rooflinesim.serve.simulate import ENGINES, default_overlap, kv_cache_tokens
     from rooflinesim.serve.steps import StepTimes
     from rooflinesim.serve.traffic import random_requests
 
@@ -46,10 +46,9 @@ def main() -> None:
         build = time.perf_counter() - t0
         kv = kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=0.9,
                              max_num_batched_tokens=8192, max_num_seqs=1024)
-        e = ENGINES["vllm"]  # (serve's defaults: async scheduling, but with pipeline stages)
-        overlap = e.overlap and d.pp == 1
-        p = EngineParams("vllm", 8192, 1024, 16, kv // 16, e.step_overhead_s if overlap else e.serial_step_overhead_s,
-                         stages=d.pp, overlap=overlap)
+        overlap = default_overlap("vllm", d.pp)  # (serve's defaults: async scheduling, but with pipeline stages)
+        p = EngineParams("vllm", 8192, 1024, 16, kv // 16, ENGINES["vllm"].host(overlap)[0], stages=d.pp,
+                         overlap=overlap)
         for rate in rates:
             reqs = random_requests(args.requests, 1024, 256, rate=rate, range_ratio=0.5, seed=1)
             best, served = float("inf"), None

@@ -662,7 +662,7 @@ class _VllmV1Pipeline(_VllmV1):
         while done < n:
             self.send_due(waiting)
             if not waiting and run.size == 0 and not inflight:
-                self.now = self.due()
+                self.idle(self.due())
                 continue
             launched = False
             if len(inflight) < p.stages and (waiting or run.size):
@@ -714,7 +714,7 @@ class _Static(_Sim):
         while done < n:
             self.send_due(waiting)
             if not waiting:
-                self.now = self.due()
+                self.idle(self.due())
                 continue
             batch = np.array([waiting.popleft() for _ in range(min(len(waiting), p.max_num_seqs))])
             b, prompt = batch.size, int(self.prompt[batch].max())

@@ -46,6 +46,19 @@ class EngineDefaults:
     serial_step_overhead_s: float = 0.0
     serial_source: str = "not measured for this engine without its overlap scheduler: none is added"
 
+    def host(self, overlap: bool) -> tuple[float, str]:
+        """The host time per step and its source, run with ``overlap`` or without: an engine
+        that overlaps by default pays its serial time when run without."""
+        if self.overlap and not overlap:
+            return self.serial_step_overhead_s, self.serial_source
+        return self.step_overhead_s, self.source
+
+
+def default_overlap(engine: str, stages: int) -> bool:
+    """Whether ``engine`` overlaps scheduling with the GPU by default on ``stages`` pipeline
+    stages (vLLM 0.14's async scheduling leaves pipelines out)."""
+    return ENGINES[engine].overlap and not (engine == "vllm" and stages > 1)
+
 
 ENGINES = {
     "vllm": EngineDefaults(0.0, (
@@ -182,8 +195,7 @@ class ServeResult:
                 "max_model_len": e.max_model_len,
                 "step_overhead_s": e.step_overhead_s,
                 "step_overhead_source": ("given (--step-overhead)" if "step" in self.given
-                                         else ENGINES[e.name].serial_source if ENGINES[e.name].overlap and not e.overlap
-                                         else ENGINES[e.name].source),
+                                         else ENGINES[e.name].host(e.overlap)[1]),
                 "request_overhead_s": e.request_overhead_s,
                 "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
                                             else ENGINES[e.name].request_overhead_source),
@@ -339,18 +351,15 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
         if fit_max_model_len and max_model_len is not None:
             max_model_len = min(max_model_len, context.largest_fitting(model, kv_tokens, mnbt, block_size))
         context.check_vllm_start(model, kv_tokens, max_model_len, mnbt, block_size)
-    overlap = ENGINES[engine].overlap if overlap_schedule is None else bool(overlap_schedule)
-    if engine == "vllm" and d.pp > 1:  # (vLLM 0.14's async scheduling leaves pipelines out)
-        if overlap_schedule:
-            raise UserError("vLLM's async scheduling (--overlap-schedule) with pipeline stages is not modelled; "
-                            "vLLM 0.14 turned it on by default for every deployment but those")
-        overlap = False
+    if engine == "vllm" and d.pp > 1 and overlap_schedule:
+        raise UserError("vLLM's async scheduling (--overlap-schedule) with pipeline stages is not modelled; "
+                        "vLLM 0.14 turned it on by default for every deployment but those")
+    overlap = default_overlap(engine, d.pp) if overlap_schedule is None else bool(overlap_schedule)
     if overlap and engine not in ("vllm", "sglang", "trtllm"):
         raise UserError(f"the overlap scheduler is modelled for --engine vllm (async scheduling), sglang and "
                         f"trtllm; {engine} has none")
     if step_overhead_s is None:  # (the engine's; without the overlap it ships, the host's time in series)
-        e = ENGINES[engine]
-        step_overhead_s = e.serial_step_overhead_s if e.overlap and not overlap else e.step_overhead_s
+        step_overhead_s = ENGINES[engine].host(overlap)[0]
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size, float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
