@@ -11,7 +11,10 @@ weights, and the KV-cache tokens and block size the server's own log states (``l
 where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
 scheduler (``overlap_schedule``); SGLang 0.3 and 0.4 with their prefill batches run
 without CUDA graphs (``eager_prefill``). ShareGPT points draw from the shipped
-ShareGPT shape (``--dataset sharegpt``). Where a point says ``lengths_from_totals`` (its client
+ShareGPT shape (``--dataset sharegpt``); inference-perf's shared_prefix points are re-created
+as its client sent them (``shared_prefix_requests``), with vLLM's prefix cache on as their
+servers ran it, and the limits a point states (``max_num_batched_tokens``, ``max_num_seqs``)
+are passed on. Where a point says ``lengths_from_totals`` (its client
 let requests stop at an end-of-sequence token), the drawn lengths are scaled to the token
 totals it printed. Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
@@ -59,7 +62,9 @@ MODELS = {"deepseek-ai/DeepSeek-R1": "deepseek-v3", "meta-llama/Llama-3.3-70B-In
           "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
           "nvidia/Llama-3.1-405B-Instruct-FP8": "llama-3.1-405b", "Qwen/Qwen3-8B": "qwen3-8b",
-          "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b"}
+          "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b", "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+          "meta-llama/Llama-2-70b-hf": "llama-2-70b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b"}
 NVML_TOTAL_MIB = {"h200-sxm": 143771, "h100-sxm": 81559}  # (what nvidia-smi and NVML report; device_memory.yaml)
 GPUS = {"H200": "h200-sxm", "H100": "h100", "A100": "a100-sxm4-80gb"}
 SEED = 1
@@ -97,6 +102,8 @@ def simulate(point: dict, samples: int):
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     if ds["name"] == "sharegpt":
         reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
+    elif ds["name"] == "shared_prefix":
+        reqs = shared_prefix_requests(point, rng)
     elif ds["name"] == "fixed":
         reqs = Requests(arrivals(n, rate, 1.0, rng), np.full(n, int(ds["input_len"])),
                         np.full(n, int(ds["output_len"])))
@@ -115,6 +122,9 @@ def simulate(point: dict, samples: int):
         seqs, tokens = trtllm_bench_limits(point, model, spec)
         limits = dict(max_num_seqs=seqs, max_num_batched_tokens=tokens, capacity_policy="max_utilization",
                       chunked_context=True, gpu_memory_utilization=KV_FREE_FRACTION)
+    for key in ("max_num_batched_tokens", "max_num_seqs"):  # (the server's, where the point states them)
+        if point.get(key) is not None:
+            limits.setdefault(key, int(point[key]))
     logged = point.get("logged") or {}
     pair = {}
     if point.get("pd"):  # (a disaggregated pair in one machine: the KV moves over NVLink)
@@ -127,6 +137,29 @@ def simulate(point: dict, samples: int):
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
                  overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
                  max_model_len=point.get("max_model_len"), **limits, **pair)
+
+
+def shared_prefix_requests(point: dict, rng):
+    """inference-perf's shared_prefix dataset under its "constant" load, as its client sent a
+    stage (inference_perf/datagen/shared_prefix_datagen.py and loadgen/load_timer.py, the
+    version of Oct-Nov 2025): num_groups x num_prompts_per_group prompts, each a group's
+    system prompt and a question, shuffled once; request k of a stage sends prompt k mod
+    their number; rate x duration requests at exponential gaps scaled to fill the stage's
+    duration. Each prompt's tokens drawn uniform over the range the client counted (it counts
+    the re-tokenized text, the server's count); the shared prefix the system prompt and the
+    BOS token; the output exactly output_len (ignore_eos)."""
+    from rooflinesim.serve.traffic import Requests
+
+    ds, n = point["dataset"], int(point["num_prompts"])
+    prompts = int(ds["num_groups"]) * int(ds["num_prompts_per_group"])
+    group = rng.permutation(np.repeat(np.arange(int(ds["num_groups"])), int(ds["num_prompts_per_group"])))
+    span = ds["prompt_len"]
+    length = rng.integers(int(span["min"]), int(span["max"]) + 1, size=prompts)
+    gaps = rng.exponential(1.0 / float(point["request_rate"]), size=n)
+    arrival = np.cumsum(gaps) * (float(point["duration_s"]) / gaps.sum())
+    k = np.arange(n) % prompts
+    return Requests(arrival - arrival[0], length[k], np.full(n, int(ds["output_len"])), group[k],
+                    np.full(n, int(ds["system_prompt_len"]) + 1))
 
 
 # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve

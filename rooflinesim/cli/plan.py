@@ -47,6 +47,11 @@ MAX_RATE = 1e6
 @click.option("--output-len", type=Size(max=MAX_LEN), default=256, show_default=True)
 @click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.5, show_default=True)
 @click.option("--burstiness", type=Real(min=0, max=1e6, min_open=True), default=1.0, show_default=True)
+@click.option("--prefix-len", type=Size(min=0, max=MAX_LEN), default=0, show_default=True,
+              help="Shared-prefix tokens before each prompt (as for serve; vllm and sglang reuse them from "
+                   "their prefix caches).")
+@click.option("--num-prefixes", type=Size(max=MAX_PROMPTS), default=1, show_default=True,
+              help="Different shared prefixes, one drawn per request (with --prefix-len).")
 @click.option("--num-prompts", type=Size(max=MAX_PROMPTS), default=300, show_default=True,
               help="Requests per simulated run.")
 @click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True)
@@ -82,8 +87,8 @@ MAX_RATE = 1e6
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
-         num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization, max_model_len, request_overhead,
-         eager_prefill, jobs,
+         prefix_len, num_prefixes, num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization,
+         max_model_len, request_overhead, eager_prefill, jobs,
          ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -112,7 +117,10 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     prices = load_prices(prices_file)
     names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
     workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
-                "burstiness": burstiness, "num_prompts": num_prompts, "seed": seed}
+                "burstiness": burstiness, "num_prompts": num_prompts, "seed": seed,
+                "prefix_len": prefix_len, "num_prefixes": num_prefixes}
+    if num_prefixes != 1 and not prefix_len:
+        raise UserError("--num-prefixes goes with --prefix-len (the length of each shared prefix)")
     import sys
 
     bar = click.progressbar(length=1, label="planning", file=sys.stderr) if sys.stderr.isatty() else None

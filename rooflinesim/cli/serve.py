@@ -178,6 +178,15 @@ def _goodput(ctx, param, values) -> dict:
               help="Random dataset: output tokens per request.")
 @click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="Random dataset: lengths uniform in [L (1 - r), L (1 + r)].")
+@click.option("--prefix-len", type=Size(min=0, max=MAX_LEN), default=0, show_default=True,
+              help="Shared-prefix tokens before each prompt (vLLM's --random-prefix-len; with --num-prefixes, "
+                   "its prefix_repetition and SGLang's generated-shared-prefix datasets).")
+@click.option("--num-prefixes", type=Size(max=MAX_PROMPTS), default=1, show_default=True,
+              help="Different shared prefixes, one drawn per request (with --prefix-len).")
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
+              help="Reuse a computed shared prefix from the KV cache (default: on for vllm, as in its v1 "
+                   "engine, and sglang, its radix cache; --no-enable-prefix-caching as vLLM's, "
+                   "--disable-radix-cache as SGLang's).")
 @click.option("--trace", "trace_file", default=None,
               help="Requests from a CSV or JSON Lines file: arrival time, input and output tokens "
                    "(our column names or the Azure LLM inference traces').")
@@ -202,7 +211,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, capacity_policy, chunked_context, num_prompts,
-          rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, trace_file, seed,
+          rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, prefix_len, num_prefixes,
+          prefix_caching, trace_file, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -217,6 +227,11 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
             for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
     if trace_file is not None and dataset != "random":
         raise UserError("give --dataset or --trace, not both")
+    if trace_file is not None and prefix_len:
+        raise UserError("--prefix-len adds shared prefixes to generated prompts; a --trace gives them per request "
+                        "(columns prefix_id and prefix_tokens)")
+    if num_prefixes != 1 and not prefix_len:
+        raise UserError("--num-prefixes goes with --prefix-len (the length of each shared prefix)")
     if max_rate and trace_file is not None:
         raise UserError("--max-rate varies the request rate of the random dataset; a --trace has its own arrivals")
     if max_rate and not slos:
@@ -248,7 +263,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         source = {"trace": click.format_filename(trace_file)}
     else:
         workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,
-                    "range_ratio": range_ratio, "burstiness": burstiness, "seed": seed}
+                    "range_ratio": range_ratio, "burstiness": burstiness, "seed": seed,
+                    "prefix_len": prefix_len, "num_prefixes": num_prefixes}
         source = {"dataset": dataset}
         if dataset != "random":
             ctx = click.get_current_context()
@@ -262,6 +278,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
             source.update(input_len=input_len, output_len=output_len, range_ratio=range_ratio)
         source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
                       burstiness=burstiness, seed=seed)
+        if prefix_len:
+            source.update(prefix_len=prefix_len, num_prefixes=num_prefixes)
         reqs = requests_at(workload, rate)
     link = decoder = None
     if pd is None and any(x is not None for x in (decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency)):
@@ -282,7 +300,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    slo_ms=goodput or None, seed=seed,
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
-                   chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len)
+                   chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len,
+                   prefix_caching=prefix_caching)
     search = None
     if max_rate:
         def make(rate):
@@ -359,6 +378,9 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                 + sent)
     else:
         load = f"{head['dataset']} request lengths ({head['dataset_source']}, {head['dataset_license']}), {sent}"
+    if head.get("prefix_len"):
+        load += (f", {head['prefix_len']:,} shared-prefix tokens before each prompt (one of "
+                 f"{head['num_prefixes']:,})")
     if head.get("max_concurrency"):
         load += f", at most {head['max_concurrency']} in flight"
     how_run = d.describe(weight_blocks=head.get("weight_block_size"))
@@ -368,6 +390,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            + (f"max_model_len {e.max_model_len:,}, " if e.max_model_len else "")
            + f"{e.step_overhead_s * 1e3:g} ms host time per step"
            + ((", async scheduling" if e.name == "vllm" else ", overlap scheduler") if e.overlap else "")
+           + (", prefix caching" if e.prefix_caching else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")
@@ -391,6 +414,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
             ("total token throughput", f"{m['total_token_throughput']:,.1f} tok/s"),
             ("engine steps / preemptions", f"{m['steps']:,} / {m['preemptions']:,}")]
+    if "prefix_cache_hit_rate" in m:
+        rows.append(("prefix cache hit rate", f"{100 * m['prefix_cache_hit_rate']:.1f}%"))
     if "request_goodput" in m:
         rows.append(("request goodput", f"{m['request_goodput']:.2f} req/s "
                                         f"({100 * m['slo_attainment']:.1f}% meet the SLOs)"))

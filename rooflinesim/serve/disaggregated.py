@@ -110,11 +110,15 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
     index = np.arange(n)
     # 1. the prefill pool: prefill-only requests (max_tokens=1)
     prefilled, scheduled, pre_steps_n, pre_preempt = np.empty(n), np.empty(n), 0, 0
+    queries = hits = 0  # (the prefill pool's prefix cache)
     for r in range(min(prefill.replicas, n)):
         at = index[r::prefill.replicas]
-        s = simulate(engine, Requests(reqs.arrival_s[at], prompt[at], np.ones(at.size, dtype=np.int64)),
+        part = reqs.take(at)
+        s = simulate(engine, Requests(part.arrival_s, part.input_tokens, np.ones(at.size, dtype=np.int64),
+                                      part.prefix_id, part.prefix_tokens),
                      pre_steps, prefill.engine)
         prefilled[at], scheduled[at] = s.finish_s, s.scheduled_s
+        queries, hits = queries + s.prefix_cache_queries, hits + s.prefix_cache_hits
         pre_steps_n += len(s.steps["duration_s"])
         pre_preempt += s.preemptions
     # 2. each prompt's KV pulled by its decode replica, which then decodes
@@ -139,7 +143,7 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
         dec_preempt += s.preemptions
     steps = {k: np.concatenate([g[k] for g in logs]) for k in logs[0]}
     served = Served(reqs.arrival_s, prompt, output, scheduled, first, finish, np.concatenate(gaps),
-                    pre_preempt + dec_preempt, steps)
+                    pre_preempt + dec_preempt, steps, queries, hits)
     ms = pull * 1e3
     stats = {"prefill_replicas": prefill.replicas, "decode_replicas": decode.replicas,
              "gpus": prefill.replicas * prefill.gpus + decode.replicas * decode.gpus,

@@ -73,6 +73,15 @@ longest, and the batch decodes until its longest output is done (each request's 
 token is its end); the next batch starts after. ``hf``: the same static batches, each run as
 Hugging Face transformers' generate() runs it (``predict model --engine hf``).
 
+The prefix cache (``prefix_caching``; vllm's automatic prefix caching, sglang's radix
+cache): a request scheduled from nothing computed finds its shared prefix (``Requests.
+prefix_id``) cached once an earlier request with that prefix has been scheduled to compute
+it (vLLM caches a block as it is allocated), in whole blocks for vllm and to the token for
+sglang, its last prompt token always computed; the step computes the rest, its attention
+over the whole context. Cached blocks are never evicted (they are, only for want of free
+ones), and each request holding a prefix counts its blocks as its own, so the KV cache's
+use is overstated by the prefixes shared (at most a prefix per running request).
+
 A step's time is the GPU time of its kernels (``StepTimes``) plus the engine's host time
 per step, a named parameter (``ENGINES``).
 """
@@ -109,6 +118,7 @@ class EngineParams:
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
     prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
     max_model_len: int | None = None  # the longest request (prompt + output) the engine accepts (context.py)
+    prefix_caching: bool = False  # vllm, sglang: a prompt's shared prefix, once computed, is reused (see _Sim.hit)
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
@@ -174,11 +184,38 @@ class _Sim:
         self.itl: list = []  # inter-token gaps, as (gaps, how many requests each stands for)
         self.log = {"start_s": [], "duration_s": [], "tokens": [], "sequences": [], "kv_blocks_used": []}
         self.preemptions = 0
+        # the prefix cache (where on and the requests share prefixes): the prefixes computed
+        self.group = reqs.prefix_id if p.prefix_caching and reqs.prefix_id is not None else None
+        self.group_tokens = reqs.prefix_tokens
+        self.cached: set = set()
+        self.cache_queries = self.cache_hits = 0
         self.next = 0  # the next request not yet sent
         # a closed loop: the times slots in flight became free (a request is sent when it is due
         # and a slot is free), none for an open one
         self.slots = None if concurrency is None else deque([0.0] * int(concurrency))
         self.now = 0.0
+
+    def hit(self, i: int, known: int, page: int) -> int:
+        """Request ``i``, to be scheduled from nothing computed with ``known`` tokens: how many
+        the prefix cache holds. Its shared prefix once a request with the same prefix has
+        computed it (the cache is never short of room: cached blocks are evicted only for
+        want of free ones), in whole pages of ``page`` tokens, its last known token always
+        computed (vLLM's KVCacheManager.get_computed_blocks; SGLang's radix cache, pages of
+        one token)."""
+        g = self.group
+        if g is None or g[i] < 0 or int(g[i]) not in self.cached:
+            return 0
+        return min(int(self.group_tokens[i]), known - 1) // page * page
+
+    def cache(self, i: int, known: int, hit: int, computed: int) -> None:
+        """Request ``i`` is scheduled with ``known`` tokens, ``hit`` of them found in the prefix
+        cache (counted as vLLM counts its hit rate), and will have ``computed`` computed: its
+        prefix is cached once they cover it."""
+        if self.p.prefix_caching:
+            self.cache_queries += known
+            self.cache_hits += hit
+        if self.group is not None and self.group[i] >= 0 and computed >= self.group_tokens[i]:
+            self.cached.add(int(self.group[i]))
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end
@@ -232,7 +269,7 @@ class _Sim:
         log = {k: np.fromiter(v, dtype=float if k.endswith("_s") else np.int64, count=len(v))
                for k, v in self.log.items()}
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
-                      gaps, self.preemptions, log)
+                      gaps, self.preemptions, log, self.cache_queries, self.cache_hits)
 
 
 class _Running:
@@ -333,6 +370,8 @@ class _VllmV1(_Sim):
         if left < 0 or budget < 1:
             return None
         ids = list(waiting)
+        if self.group is not None and (self.group[ids] >= 0).any():  # (the prefix cache: _schedule's way)
+            return None
         prompts = tokens[ids]
         blocks = _blocks(prompts, bs)
         if int(_sum(prompts)) > budget or int(_sum(blocks)) > left:
@@ -345,6 +384,8 @@ class _VllmV1(_Sim):
         for i in ids:
             if np.isnan(self.scheduled[i]):
                 self.scheduled[i] = self.now
+        if p.prefix_caching:  # (looked up, none found: no request here shares a prefix)
+            self.cache_queries += int(_sum(prompts))
         self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left)
         self.now += dur
         run.computed = run.computed + 1
@@ -387,15 +428,18 @@ class _VllmV1(_Sim):
         bs, rows, gives = self.p.block_size, [], []
         while waiting and budget > 0 and room > 0:
             i = waiting[0]
-            g = min(int(tokens[i]), budget)  # (a waiting request has nothing computed)
-            b = int(_blocks(g, bs))
+            known = int(tokens[i])
+            h = self.hit(i, known, bs)  # (a waiting request has nothing computed but what the cache holds)
+            g = min(known - h, budget)
+            b = int(_blocks(h + g, bs))  # (the cached blocks counted as its own: see the module's notes)
             if b > free:
                 break
             waiting.popleft()
             free -= b
             budget -= g
             room -= 1
-            rows.append((i, int(tokens[i]), 0, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
+            self.cache(i, known, h, h + g)
+            rows.append((i, known, h, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
             gives.append(g)
             if np.isnan(self.scheduled[i]):
                 self.scheduled[i] = self.now
@@ -408,6 +452,8 @@ class _VllmV1(_Sim):
         firsts = got & (run.generated == 1)
         if _count(firsts):
             self.first[run.id[firsts]] = self.now
+            if self.group is not None:  # (their prompts computed: chunked ones' prefixes now cached)
+                self.cached.update(int(x) for x in self.group[run.id[firsts]] if x >= 0)
         later = got & (run.generated > 1)
         if _count(later):
             self.itl.append((self.now - run.last[later], 1))
@@ -794,13 +840,18 @@ class _SGLang(_Sim):
             room = p.max_num_seqs - len(running) - len(batch)
             while waiting and room > 0 and rem_chunk > 0:
                 i = waiting[0]
-                extend = int(tokens[i] - computed[i])
+                h = self.hit(i, int(tokens[i]), 1) if computed[i] == 0 else 0  # (the radix cache)
+                extend = int(tokens[i] - computed[i]) - h
                 if extend + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) >= rem_total:
                     break  # (no room for its prompt and output: the batch is full)
                 if extend >= rem_input and batch:
                     break
                 waiting.popleft()
                 g = min(extend, rem_chunk)
+                if computed[i] == 0:
+                    self.cache(i, int(tokens[i]), h, h + g)
+                    computed[i] = h  # (its cached tokens counted as its own: see the module's notes)
+                    used += h
                 batch.append((i, g))
                 if np.isnan(self.scheduled[i]):
                     self.scheduled[i] = self.now
@@ -825,6 +876,8 @@ class _SGLang(_Sim):
                 used += int(g.sum())
                 chunked = None
                 for i, s in zip(ids.tolist(), samples.tolist()):
+                    if s and self.group is not None:  # (its prompt computed: its prefix cached)
+                        self.cache(i, 0, 0, int(tokens[i]))
                     if not s:
                         chunked = i
                     elif self._sample(i, tokens, gen):

@@ -10,7 +10,9 @@
   with one output token meets any TPOT SLO).
 
 Times are reported in milliseconds (``*_ms``), as the client does. Queueing delay (arrival
-to the first step that schedules the request) is ours: the client cannot see it.
+to the first step that schedules the request) and the prefix cache's hit rate (prompt
+tokens found there over those looked up, as vLLM logs it) are ours: the client cannot see
+them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Served:
     itl_s: np.ndarray  # every inter-token gap, all requests
     preemptions: int
     steps: dict  # per step: start_s, duration_s, tokens, sequences, kv_blocks_used
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (0: it was off)
+    prefix_cache_hits: int = 0  # of them, found there
 
 
 def summary(s: Served, slo_ms: dict | None = None) -> dict:
@@ -56,6 +60,8 @@ def summary(s: Served, slo_ms: dict | None = None) -> dict:
         "preemptions": s.preemptions,
         "steps": int(len(s.steps["duration_s"])),
     }
+    if s.prefix_cache_queries:  # (as vLLM logs its "Prefix cache hit rate")
+        out["prefix_cache_hit_rate"] = s.prefix_cache_hits / s.prefix_cache_queries
     for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", s.itl_s), ("e2el", e2el),
                     ("queue", s.scheduled_s - s.arrival_s)):
         ms = np.asarray(x, dtype=float) * 1e3

@@ -152,7 +152,7 @@ def _bounds(args) -> dict:
     and either the fewest replicas worth simulating or why none is."""
     c, job = args
     from .context import kv_needed
-    from .simulate import ENGINES, engine_kv_tokens, engine_limits, step_times
+    from .simulate import ENGINES, PREFIX_CACHES, engine_kv_tokens, engine_limits, step_times
     from .traffic import requests_at
 
     out = {"candidate": c, "limits": [], "error": None}
@@ -161,6 +161,9 @@ def _bounds(args) -> dict:
         out["profile"] = profile.kind
         reqs = requests_at(job["workload"], math.inf)
         prompt, output = reqs.input_tokens.astype(float), reqs.output_tokens.astype(float)
+        # (with a prefix cache, the prompt tokens a request computes: at least one, and all but its prefix)
+        fresh = prompt if reqs.prefix_tokens is None or job["engine"] not in PREFIX_CACHES else \
+            np.maximum(prompt - reqs.prefix_tokens, 1.0)
         longest = int((prompt + output).max())
         gmu, engine = job["gpu_memory_utilization"], job["engine"]
         block = engine_limits(engine, model, spec)["block_size"]
@@ -191,18 +194,20 @@ def _bounds(args) -> dict:
         for tokens, seqs, kv in fits:
             out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **_bound(
                 st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most,
-                job.get("request_overhead_s", 0.0))})
+                job.get("request_overhead_s", 0.0), fresh)})
     except UserError as e:
         out["error"] = str(e)
     return out
 
 
 def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float, slos: dict, rate: float,
-           most: int, front: float = 0.0) -> dict:
+           most: int, front: float = 0.0, fresh=None) -> dict:
     """Step 2 for one pair of limits: {"replicas": the fewest worth simulating} or a
     rejection with its reason; with the bounds (``ceiling`` in requests/s, ``lower``: the
     lower bounds of the P99s in ms; ``front``: each request's seconds through the server's
-    front end, in its TTFT and end-to-end latency)."""
+    front end, in its TTFT and end-to-end latency; ``fresh``: the prompt tokens each request
+    computes, where a prefix cache may hold the rest; default all)."""
+    held_prompt, prompt = prompt, (prompt if fresh is None else fresh)
     budget = min(tokens, st.max_tokens)
     # the shortest a step of t tokens can take (any t' >= t: the tables need not be monotone)
     dense = np.minimum(st.dense_prefill[1:budget + 1], np.concatenate([
@@ -221,10 +226,10 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
                     "reason": f"even alone, {key} is at least {lower[key]:.4g} ms (SLO {limit:.4g})"}
     later = np.maximum(output - 1, 0)
     work = float(prompt.sum() + later.sum())
-    concurrent = max(1, min(seqs, budget, int(kv // (prompt.min() + 1))))
+    concurrent = max(1, min(seqs, budget, int(kv // (held_prompt.min() + 1))))
     # (a request holds at least prompt + j tokens of KV through its j-th decode step, which takes
     # at least the shortest sampling step, and the cache holds kv tokens at a time)
-    held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
+    held = float((held_prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
     # (on pp stages up to pp batches are in flight, and a stage takes at least 1 / pp of a pass)
     stages = st.d.pp
     decoding = max(float(later.sum()) / concurrent * sampling / stages, held)

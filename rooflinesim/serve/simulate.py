@@ -45,6 +45,7 @@ class EngineDefaults:
     # the host's time per step, then in series with the GPU's
     serial_step_overhead_s: float = 0.0
     serial_source: str = "not measured for this engine without its overlap scheduler: none is added"
+    prefix_caching: bool = False  # a prompt's shared prefix reused from the KV cache by default (engine.py)
 
     def host(self, overlap: bool) -> tuple[float, str]:
         """The host time per step and its source, run with ``overlap`` or without: an engine
@@ -52,6 +53,21 @@ class EngineDefaults:
         if self.overlap and not overlap:
             return self.serial_step_overhead_s, self.serial_source
         return self.step_overhead_s, self.source
+
+
+# engines whose prefix cache serve simulates (vLLM's automatic prefix caching, on by default in its
+# v1 engine; SGLang's radix cache, on unless --disable-radix-cache); TensorRT-LLM's KV block reuse is
+# not simulated
+PREFIX_CACHES = ("vllm", "sglang")
+
+
+def prefix_caching_of(engine: str, given: bool | None) -> bool:
+    """Whether ``engine`` reuses cached prefixes: ``given``, else its default; one sentence
+    where it is asked of an engine whose cache is not simulated."""
+    if given and engine not in PREFIX_CACHES:
+        raise UserError(f"prefix caching is simulated for --engine vllm and sglang; {engine}'s is not "
+                        f"(its requests are served without it)")
+    return ENGINES[engine].prefix_caching if given is None else bool(given)
 
 
 def default_overlap(engine: str, stages: int) -> bool:
@@ -69,7 +85,7 @@ ENGINES = {
             "vLLM v1 without async scheduling (before v0.14.0, or --no-async-scheduling; always with pipeline "
             "stages): the gap between decode steps with the engine core's host work overlapped by its "
             "processes was 150-170 us (vllm-project/vllm PR 11133); without that overlap it measured 5-6 ms "
-            "at batch 256 (issue 10634)")),
+            "at batch 256 (issue 10634)"), prefix_caching=True),
     "sglang": EngineDefaults(0.0, (
         "SGLang's overlap scheduler (on by default since PR 2067) prepares a batch while the GPU runs the "
         "one before; its v0.4 release post shows no GPU idle time between decode batches "
@@ -82,7 +98,7 @@ ENGINES = {
         6.1e-4, (
             "SGLang's decode loop without and with its overlap scheduler: 3,053.86 and 3,458.31 tokens/s at 16 "
             "running requests (Llama-3.1-8B, TP4; sgl-project/sglang PR 5608), 5.24 and 4.63 ms a step, so "
-            "0.61 ms of host time a step that the overlap hides")),
+            "0.61 ms of host time a step that the overlap hides"), prefix_caching=True),
     "trtllm": EngineDefaults(0.0, (
         "TensorRT-LLM's overlap scheduler (on by default since PR 4174) runs the host work of a step while "
         "the GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler); a request arriving "
@@ -199,7 +215,7 @@ class ServeResult:
                 "request_overhead_s": e.request_overhead_s,
                 "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
                                             else ENGINES[e.name].request_overhead_source),
-                "overlap_schedule": e.overlap,
+                "overlap_schedule": e.overlap, "prefix_caching": e.prefix_caching,
                 **({"eager_prefill": True, "eager_prefill_host_s": self.eager_prefill_host_s,
                     "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if self.eager_prefill_host_s else {}),
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
@@ -244,7 +260,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
           request_overhead_s: float | None = None, eager_prefill: bool = False,
-          max_model_len: int | str | None = None) -> ServeResult:
+          max_model_len: int | str | None = None, prefix_caching: bool | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -263,9 +279,12 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     the host's (``eager_prefill_host_s``). ``max_model_len``: the longest request the engine
     accepts (None: the model's context, ``context.max_model_len``; "auto": for vLLM, the
     longest its KV cache holds, up to that); a request past it is refused in one sentence,
-    as vLLM's start where its KV cache cannot hold one that long."""
+    as vLLM's start where its KV cache cannot hold one that long. ``prefix_caching``: whether
+    a prompt's shared prefix (``Requests.prefix_id``), once computed, is reused (None: the
+    engine's default: on for vllm and sglang)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    prefix_caching = prefix_caching_of(engine, prefix_caching)
     auto = max_model_len == "auto"
     limit = context.max_model_len(model, None if auto else max_model_len) if engine in context.SERVED else None
     context.check_requests(reqs.input_tokens, reqs.output_tokens, limit, engine)
@@ -289,7 +308,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
                          request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
-                         max_model_len=limit, fit_max_model_len=fit_limit), given=given,
+                         max_model_len=limit, fit_max_model_len=fit_limit, prefix_caching=prefix_caching),
+                       given=given,
                        eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
@@ -305,7 +325,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
                                    chunked_context=chunked_context, request_overhead_s=request_overhead_s,
                                    eager_prefill=eager_prefill, max_model_len=limit,
-                                   fit_max_model_len=fit_limit)
+                                   fit_max_model_len=fit_limit, prefix_caching=prefix_caching)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -319,7 +339,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
-             eager_prefill=False, max_model_len=None, fit_max_model_len=False) -> tuple:
+             eager_prefill=False, max_model_len=None, fit_max_model_len=False, prefix_caching=False) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
     and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
@@ -365,7 +385,7 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
                      prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
-                     max_model_len=max_model_len)
+                     max_model_len=max_model_len, prefix_caching=bool(prefix_caching))
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -406,7 +426,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
               progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
-              fit_max_model_len=False) -> ServeResult:
+              fit_max_model_len=False, prefix_caching=False) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -438,7 +458,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                                 block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                 overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager,
-                                max_model_len=max_model_len, fit_max_model_len=fit_max_model_len)
+                                max_model_len=max_model_len, fit_max_model_len=fit_max_model_len,
+                                prefix_caching=prefix_caching)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
@@ -496,14 +517,15 @@ def _share(total: int, k: int, i: int) -> int:
 
 
 def _every(reqs: Requests, i: int, k: int) -> Requests:
-    return Requests(reqs.arrival_s[i::k], reqs.input_tokens[i::k], reqs.output_tokens[i::k])
+    return reqs.take(slice(i, None, k))
 
 
 def _merge(parts: list) -> Served:
     cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
     steps = {k: np.concatenate([p.steps[k] for p in parts]) for k in parts[0].steps}
     return Served(cat("arrival_s"), cat("input_tokens"), cat("output_tokens"), cat("scheduled_s"),
-                  cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps)
+                  cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps,
+                  sum(p.prefix_cache_queries for p in parts), sum(p.prefix_cache_hits for p in parts))
 
 
 def slo_report(metrics: dict, slos: dict, draws: list | None = None, serving: dict | None = None) -> dict:

@@ -11,7 +11,12 @@ with the semantics of vLLM's benchmark client (``vllm bench serve`` / benchmark_
   (TIMESTAMP, ContextTokens, GeneratedTokens);
 * a public traffic shape (``DATASETS``): the (input, output) token pairs of a released trace,
   shipped as data with its source (``rooflinesim/data/traffic-*.json``), drawn without
-  replacement while there are enough (as vLLM samples a dataset), sent at ``rate``.
+  replacement while there are enough (as vLLM samples a dataset), sent at ``rate``;
+* shared prefixes (what an engine's prefix cache can reuse): ``prefix_len`` tokens before
+  each prompt, one of ``num_prefixes`` different ones drawn uniformly per request (vLLM's
+  random dataset with ``--random-prefix-len``, one prefix; its ``prefix_repetition`` and
+  SGLang's ``generated-shared-prefix`` datasets, several); a trace may say so per request
+  (columns prefix_id and prefix_tokens, the prefix counted in the input tokens).
 """
 
 from __future__ import annotations
@@ -34,14 +39,35 @@ MAX_TOKENS = 10_000_000  # tokens of one request's input or output
 @dataclass(frozen=True)
 class Requests:
     """Requests in order of arrival: when each arrives (s, from the first) and its input
-    and output tokens."""
+    and output tokens; where prompts share prefixes, each request's prefix (an id, -1 for
+    none) and its tokens, counted in its input tokens."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
     output_tokens: np.ndarray
+    prefix_id: np.ndarray | None = None
+    prefix_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
+
+    def take(self, index) -> "Requests":
+        """The requests at ``index`` (a slice or an array of positions, in order)."""
+        part = (None if x is None else x[index] for x in (self.prefix_id, self.prefix_tokens))
+        return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], *part)
+
+    def with_prefixes(self, prefix_len: int, num_prefixes: int, seed: int) -> "Requests":
+        """These requests with one of ``num_prefixes`` shared prefixes of ``prefix_len``
+        tokens before each prompt (drawn uniformly, seeded); unchanged for a length of 0."""
+        if prefix_len == 0:
+            return self
+        if not (1 <= num_prefixes <= MAX_REQUESTS and 1 <= prefix_len <= MAX_TOKENS):
+            raise UserError(f"the number of prefixes must be 1 to {MAX_REQUESTS:,} and their length 0 to "
+                            f"{MAX_TOKENS:,} tokens (got {num_prefixes} of {prefix_len})")
+        n = len(self)
+        ids = np.random.default_rng([seed, 1]).integers(0, num_prefixes, size=n)
+        return Requests(self.arrival_s, self.input_tokens + prefix_len, self.output_tokens, ids,
+                        np.full(n, prefix_len, dtype=np.int64))
 
 
 def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
@@ -110,13 +136,16 @@ def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: f
 
 
 def requests_at(workload: dict, rate: float) -> Requests:
-    """The requests of a workload (dataset, num_prompts, burstiness, seed, and for the random
-    dataset input_len, output_len, range_ratio) sent at ``rate``: the same lengths at any rate."""
+    """The requests of a workload (dataset, num_prompts, burstiness, seed, for the random
+    dataset input_len, output_len, range_ratio, and optionally prefix_len and num_prefixes)
+    sent at ``rate``: the same lengths at any rate."""
     w = workload
     if w["dataset"] != "random":
-        return dataset_requests(w["dataset"], w["num_prompts"], rate=rate, burstiness=w["burstiness"], seed=w["seed"])
-    return random_requests(w["num_prompts"], w["input_len"], w["output_len"], rate=rate, burstiness=w["burstiness"],
-                           range_ratio=w["range_ratio"], seed=w["seed"])
+        reqs = dataset_requests(w["dataset"], w["num_prompts"], rate=rate, burstiness=w["burstiness"], seed=w["seed"])
+    else:
+        reqs = random_requests(w["num_prompts"], w["input_len"], w["output_len"], rate=rate,
+                               burstiness=w["burstiness"], range_ratio=w["range_ratio"], seed=w["seed"])
+    return reqs.with_prefixes(w.get("prefix_len", 0), w.get("num_prefixes", 1), w["seed"])
 
 
 # column names a trace may use, ours first
@@ -125,13 +154,16 @@ _COLUMNS = {
     "input": ("input_tokens", "input_len", "prompt_tokens", "contexttokens", "context_tokens"),
     "output": ("output_tokens", "output_len", "generated_tokens", "generatedtokens"),
 }
+_PREFIX_COLUMNS = {"prefix id": ("prefix_id", "prefix_group"), "prefix": ("prefix_tokens", "prefix_len")}
 
 
-def _column(header: list, what: str, name: str) -> str:
+def _column(header: list, what: str, name: str, columns: dict = _COLUMNS) -> str | None:
     keys = {h.strip().lower(): h for h in header}
-    for c in _COLUMNS[what]:
+    for c in columns[what]:
         if c in keys:
             return keys[c]
+    if columns is _PREFIX_COLUMNS:
+        return None
     raise UserError(f"{name}: no {what} column (one of {', '.join(_COLUMNS[what])}); it has "
                     f"{', '.join(h for h in header) or 'no columns'}")
 
@@ -192,7 +224,11 @@ def parse_trace(text: str, name: str) -> Requests:
         raise UserError(f"{name}: {len(rows):,} requests; at most {MAX_REQUESTS:,} are simulated")
     header = list(rows[0][1])
     cols = {w: _column(header, w, name) for w in _COLUMNS}
-    t, inp, out = [], [], []
+    pcols = {w: _column(header, w, name, _PREFIX_COLUMNS) for w in _PREFIX_COLUMNS}
+    if (pcols["prefix id"] is None) != (pcols["prefix"] is None):
+        have, lack = ("prefix_id", "prefix_tokens") if pcols["prefix"] is None else ("prefix_tokens", "prefix_id")
+        raise UserError(f"{name}: a {have} column needs a {lack} column beside it")
+    t, inp, out, pid, ptok = [], [], [], [], []
     for i, rec in rows:
         missing = [c for c in cols.values() if rec.get(c) in (None, "")]
         if missing:
@@ -200,7 +236,28 @@ def parse_trace(text: str, name: str) -> Requests:
         t.append(_seconds(rec[cols["arrival"]], name, i))
         inp.append(_tokens(rec[cols["input"]], name, i, "input"))
         out.append(_tokens(rec[cols["output"]], name, i, "output"))
+        if pcols["prefix"] is not None:
+            pid.append(_prefix(rec.get(pcols["prefix id"]), name, i))
+            ptok.append(0 if pid[-1] < 0 else _tokens(rec.get(pcols["prefix"]), name, i, "prefix"))
+            if ptok[-1] > inp[-1]:
+                raise UserError(f"{name}: row {i}: its prefix ({ptok[-1]:,} tokens) is longer than its input "
+                                f"({inp[-1]:,}), which counts it")
     t = np.array(t)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
-    return Requests(t, np.array(inp)[order], np.array(out)[order])
+    prefixes = (np.array(pid, dtype=np.int64)[order], np.array(ptok, dtype=np.int64)[order]) if pid else (None, None)
+    return Requests(t, np.array(inp)[order], np.array(out)[order], *prefixes)
+
+
+def _prefix(value, name: str, row: int) -> int:
+    """A request's prefix id: a whole number from 0 (empty or -1: no shared prefix)."""
+    if value in (None, ""):
+        return -1
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name}: row {row}: the prefix id {str(value)[:40]!r} is not a whole number") from None
+    if not (math.isfinite(x) and x == int(x) and -1 <= x < 2**62):
+        raise UserError(f"{name}: row {row}: the prefix id must be a whole number from 0, or -1 for none "
+                        f"(got {str(value)[:40]})")
+    return int(x)

@@ -1,0 +1,154 @@
+"""serve's prefix cache (vLLM's automatic prefix caching, SGLang's radix cache) and the
+workloads that share prefixes: --prefix-len/--num-prefixes and a trace's prefix columns."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinesim.calibration.profile import resolve_profile
+from rooflinesim.cli.main import cli
+from rooflinesim.errors import UserError
+from rooflinesim.hardware import load_spec
+from rooflinesim.models.config import load_config
+from rooflinesim.models.deploy import Deployment
+from rooflinesim.serve.simulate import serve
+from rooflinesim.serve.traffic import Requests, parse_trace, random_requests, requests_at
+
+H200 = load_spec("h200")
+FITTED = resolve_profile(H200, None)
+LLAMA = load_config("llama-3.1-8b")
+
+
+def _shared(n=300, prefix=2000, groups=4, rate=4.0, seed=2):
+    return random_requests(n, 300, 60, rate=rate, seed=seed).with_prefixes(prefix, groups, seed)
+
+
+def test_shared_prefixes_come_before_each_prompt_one_of_num_prefixes_each():
+    base = random_requests(500, 300, 60, rate=4.0, seed=2)
+    r = base.with_prefixes(2000, 4, 2)
+    assert np.array_equal(r.input_tokens, base.input_tokens + 2000)
+    assert np.array_equal(r.output_tokens, base.output_tokens) and np.array_equal(r.arrival_s, base.arrival_s)
+    assert set(r.prefix_id.tolist()) == {0, 1, 2, 3} and set(r.prefix_tokens.tolist()) == {2000}
+    assert base.with_prefixes(0, 1, 2) is base
+    w = {"dataset": "random", "num_prompts": 50, "input_len": 100, "output_len": 10, "range_ratio": 0.0,
+         "burstiness": 1.0, "seed": 3, "prefix_len": 64, "num_prefixes": 2}
+    assert np.array_equal(requests_at(w, 2.0).prefix_id, requests_at(w, 9.0).prefix_id)  # (the same at any rate)
+
+
+@pytest.mark.parametrize("engine, page", [("vllm", 16), ("sglang", 1)])
+def test_the_cache_spares_each_prefix_after_its_first_request(engine, page):
+    reqs = _shared()
+    on = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine)
+    off = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine, prefix_caching=False)
+    m, s = on.metrics, on.served
+    # every request but the first of each prefix finds its prefix, in whole pages
+    hits = (len(reqs) - 4) * (2000 // page * page)
+    assert s.prefix_cache_hits == hits and s.prefix_cache_queries == int(reqs.input_tokens.sum())
+    assert m["prefix_cache_hit_rate"] == pytest.approx(hits / reqs.input_tokens.sum())
+    # the tokens computed: every prompt's, less what the cache held, and every later output token
+    assert int(s.steps["tokens"].sum()) == int(s.input_tokens.sum() + s.output_tokens.sum()
+                                                - s.output_tokens.size) - hits
+    assert "prefix_cache_hit_rate" not in off.metrics
+    assert m["median_ttft_ms"] < 0.5 * off.metrics["median_ttft_ms"]  # (300 of 2,300 tokens to compute)
+    assert on.as_dict()["prefix_caching"] and not off.as_dict()["prefix_caching"]
+
+
+def test_prompts_without_a_shared_prefix_run_as_before():
+    reqs = random_requests(200, 800, 80, rate=10.0, seed=4)
+    on = serve(LLAMA, H200, FITTED, Deployment(), reqs)
+    off = serve(LLAMA, H200, FITTED, Deployment(), reqs, prefix_caching=False)
+    assert on.metrics["mean_ttft_ms"] == off.metrics["mean_ttft_ms"]
+    assert on.metrics["prefix_cache_hit_rate"] == 0.0
+
+
+def test_a_prefix_longer_than_the_token_budget_is_cached_once_its_prompt_is_computed():
+    reqs = random_requests(60, 200, 20, rate=1.0, seed=5).with_prefixes(5000, 1, 5)
+    s = serve(LLAMA, H200, FITTED, Deployment(), reqs, max_num_batched_tokens=2048).served
+    assert s.prefix_cache_hits == 59 * (5000 // 16 * 16)
+
+
+def test_a_whole_prompt_in_the_cache_still_computes_its_last_token():
+    # (every prompt is its prefix: vLLM recomputes the last token, in its block, to sample from it)
+    reqs = Requests(np.arange(20, dtype=float), np.full(20, 100), np.full(20, 5), np.zeros(20, dtype=np.int64),
+                    np.full(20, 100))
+    s = serve(LLAMA, H200, FITTED, Deployment(), reqs).served
+    assert s.prefix_cache_hits == 19 * 96  # (99 tokens, in whole blocks of 16)
+    g = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang").served
+    assert g.prefix_cache_hits == 19 * 99
+
+
+def test_engines_whose_cache_is_not_simulated_refuse_it():
+    with pytest.raises(UserError, match="prefix caching is simulated for --engine vllm and sglang"):
+        serve(LLAMA, H200, FITTED, Deployment(), _shared(n=10), engine="trtllm", prefix_caching=True)
+    r = serve(LLAMA, H200, FITTED, Deployment(), _shared(n=10), engine="trtllm")  # (its default: without)
+    assert "prefix_cache_hit_rate" not in r.metrics
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 40), prefix=st.integers(1, 3000), groups=st.integers(1, 5), rate=st.floats(0.5, 50),
+       engine=st.sampled_from(["vllm", "sglang"]), kv=st.sampled_from([None, 12_000]), seed=st.integers(0, 99))
+def test_every_request_is_served_with_the_cache_whatever_the_workload(n, prefix, groups, rate, engine, kv, seed):
+    reqs = random_requests(n, 400, 50, rate=rate, seed=seed, range_ratio=0.5).with_prefixes(prefix, groups, seed)
+    s = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine, kv_tokens=kv).served
+    assert np.all(np.isfinite(s.finish_s)) and np.all(s.first_token_s >= s.arrival_s)
+    assert 0 <= s.prefix_cache_hits <= s.prefix_cache_queries
+    if s.preemptions == 0:  # (each prompt looked up once)
+        assert s.prefix_cache_queries == int(reqs.input_tokens.sum())
+
+
+def test_a_trace_gives_each_requests_prefix():
+    lines = "\n".join(json.dumps({"arrival_s": t, "input_tokens": 900, "output_tokens": 10, "prefix_id": t % 2,
+                                  "prefix_tokens": 640}) for t in range(6))
+    r = parse_trace(lines, "t.jsonl")
+    assert r.prefix_id.tolist() == [0, 1, 0, 1, 0, 1] and r.prefix_tokens.tolist() == [640] * 6
+    csv_text = "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,900,10,,\n1,900,10,3,500\n"
+    c = parse_trace(csv_text, "t.csv")
+    assert c.prefix_id.tolist() == [-1, 3] and c.prefix_tokens.tolist() == [0, 500]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("arrival_s,input_tokens,output_tokens,prefix_id\n0,10,5,1\n", "needs a prefix_tokens column"),
+    ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,1,20\n", "longer than its input"),
+    ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,x,2\n", "prefix id"),
+    ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,1,0\n", "prefix tokens must be"),
+])
+def test_bad_prefix_columns_are_one_sentence(text, says):
+    with pytest.raises(UserError, match=says):
+        parse_trace(text, "t.csv")
+
+
+def _cli(*args):
+    return CliRunner().invoke(cli, ["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "60",
+                                    "--rate", "4", "--interval-samples", "0", *args])
+
+
+def test_cli_reports_the_cache_and_turns_it_off_as_vllm_does():
+    on = _cli("--prefix-len", "1024", "--num-prefixes", "3", "--json")
+    assert on.exit_code == 0, on.output
+    d = json.loads(on.output)
+    assert d["prefix_caching"] and d["prefix_len"] == 1024 and d["num_prefixes"] == 3
+    assert 0.4 < d["prefix_cache_hit_rate"] < 0.5  # (1,024 of 2,048 tokens a prompt at most)
+    off = json.loads(_cli("--prefix-len", "1024", "--num-prefixes", "3", "--no-enable-prefix-caching",
+                          "--json").output)
+    assert not off["prefix_caching"] and "prefix_cache_hit_rate" not in off
+    assert off["median_ttft_ms"] > d["median_ttft_ms"]
+    text = _cli("--prefix-len", "1024").output
+    assert "prefix caching" in text and "prefix cache hit rate" in text and "1,024 shared-prefix tokens" in text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--num-prefixes", "3"], "--num-prefixes goes with --prefix-len"),
+    (["--prefix-len", "10", "--engine", "trtllm", "--enable-prefix-caching"], "simulated for --engine vllm"),
+    (["--prefix-len", "-1"], "--prefix-len"),
+])
+def test_cli_bad_prefix_options_are_one_sentence_and_exit_2(args, says):
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5",
+                            "--interval-samples", "0", *args])
+    assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
