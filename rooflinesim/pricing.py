@@ -382,6 +382,16 @@ class PricedCollectives(_EndToEnd):
         if any(cp.fill_latency_s for cp in cps):
             size = lay([np.asarray(op.bytes, dtype=float) for op in ops])
             link = link - lay([cp.fill_latency_s for cp in cps]) * np.expm1(size / -lay([cp.fill_bytes for cp in cps]))
+        if any(op.algorithm == "engine" for op in ops):  # (the engine's own, where faster: engine_allreduce.py)
+            from .ops.engine_allreduce import engine_allreduce_s
+
+            engine = lay([engine_allreduce_s(op.bytes, op.world_size, spec.interconnect.link)
+                          if op.algorithm == "engine" else np.inf for op in ops])
+            faster = engine < fixed + link
+            link = np.where(faster, np.minimum(engine, link), link)  # (its time: a link's, latency included)
+            fixed = np.where(faster, engine - link, fixed)
+            if link.ndim == 0:
+                link, fixed = float(link), float(fixed)
         self.latency_s = fixed + link
         self.link_s, self.launch_s = link, fixed
         self.bound = _bound({"link": link, "launch": fixed})

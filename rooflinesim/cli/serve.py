@@ -414,7 +414,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
             ("total token throughput", f"{m['total_token_throughput']:,.1f} tok/s"),
             ("engine steps / preemptions", f"{m['steps']:,} / {m['preemptions']:,}")]
-    if "prefix_cache_hit_rate" in m:
+    if m.get("prefix_cache_hit_rate") or head.get("prefix_len"):  # (none shared, none to say)
         rows.append(("prefix cache hit rate", f"{100 * m['prefix_cache_hit_rate']:.1f}%"))
     if "request_goodput" in m:
         rows.append(("request goodput", f"{m['request_goodput']:.2f} req/s "

@@ -125,8 +125,11 @@ class _Shapes:
         return self.norm(name, self.h, rows=2 * self.norm_rows, **kw)
 
     def collective(self, name, kind, nbytes, world, **kw) -> Kernel:
+        # (an engine's TP AllReduce is its own, priced where measured; transformers' and every
+        # other collective: NCCL's ring)
+        algorithm = "engine" if kind == "allreduce" and self.d.kernels == "engine" else "ring"
         return Kernel(name, Collective, dict(kind=kind, bytes=nbytes, world_size=world,
-                                             algorithm="ring", dtype=self.act), **kw)
+                                             algorithm=algorithm, dtype=self.act), **kw)
 
     def reduce(self, name, where) -> list[Kernel]:
         """After a row-parallel GEMM: AllReduce (or ReduceScatter) of [tokens, hidden]."""

@@ -22,7 +22,10 @@ from ..work import Work
 from .base import Op, check_choice, check_positive
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
-ALGORITHMS = ("ring", "tree", "nvls")
+# "engine": the serving engines' own TP AllReduce (custom one- and two-stage kernels, symmetric
+# memory, else NCCL), priced from their measured times where the link has them (engine_allreduce.py),
+# else as the ring; its bytes and hops counted as the ring's
+ALGORITHMS = ("ring", "tree", "nvls", "engine")
 
 BUS_FACTOR = {  # busbw / algbw as a function of n
     "allreduce": lambda n: 2 * (n - 1) / n,
