@@ -39,10 +39,6 @@ def max_bytes(link: str, world_size: int) -> float:
     return float(_data()["links"][link][str(world_size)]["max_bytes"])
 
 
-def source() -> str:
-    return _data()["source"]
-
-
 def engine_allreduce_s(nbytes, world_size, link: str):
     """The engine's AllReduce time (s) of ``nbytes`` over ``world_size`` GPUs on ``link``
     (arrays broadcast), inf where the data has none (the caller's NCCL price applies)."""

@@ -42,7 +42,7 @@ other; the proxy's hop takes no time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -113,9 +113,7 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
     queries = hits = 0  # (the prefill pool's prefix cache)
     for r in range(min(prefill.replicas, n)):
         at = index[r::prefill.replicas]
-        part = reqs.take(at)
-        s = simulate(engine, Requests(part.arrival_s, part.input_tokens, np.ones(at.size, dtype=np.int64),
-                                      part.prefix_id, part.prefix_tokens),
+        s = simulate(engine, replace(reqs.take(at), output_tokens=np.ones(at.size, dtype=np.int64)),
                      pre_steps, prefill.engine)
         prefilled[at], scheduled[at] = s.finish_s, s.scheduled_s
         queries, hits = queries + s.prefix_cache_queries, hits + s.prefix_cache_hits

@@ -207,15 +207,20 @@ class _Sim:
             return 0
         return min(int(self.group_tokens[i]), known - 1) // page * page
 
-    def cache(self, i: int, known: int, hit: int, computed: int) -> None:
-        """Request ``i`` is scheduled with ``known`` tokens, ``hit`` of them found in the prefix
-        cache (counted as vLLM counts its hit rate), and will have ``computed`` computed: its
-        prefix is cached once they cover it."""
+    def looked_up(self, known: int, hit: int) -> None:
+        """A request scheduled with ``known`` tokens, ``hit`` of them found in the prefix cache
+        (counted as vLLM counts its hit rate)."""
         if self.p.prefix_caching:
             self.cache_queries += known
             self.cache_hits += hit
-        if self.group is not None and self.group[i] >= 0 and computed >= self.group_tokens[i]:
-            self.cached.add(int(self.group[i]))
+
+    def prefix_computed(self, ids, tokens) -> None:
+        """Requests ``ids`` will have ``tokens`` computed: their prefixes are cached where
+        those cover them."""
+        if self.group is not None:
+            ids = np.atleast_1d(ids)
+            g = self.group[ids]
+            self.cached.update(g[(g >= 0) & (np.atleast_1d(tokens) >= self.group_tokens[ids])].tolist())
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end
@@ -384,8 +389,7 @@ class _VllmV1(_Sim):
         for i in ids:
             if np.isnan(self.scheduled[i]):
                 self.scheduled[i] = self.now
-        if p.prefix_caching:  # (looked up, none found: no request here shares a prefix)
-            self.cache_queries += int(_sum(prompts))
+        self.looked_up(int(_sum(prompts)), 0)  # (none found: no request here shares a prefix)
         self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left)
         self.now += dur
         run.computed = run.computed + 1
@@ -438,7 +442,8 @@ class _VllmV1(_Sim):
             free -= b
             budget -= g
             room -= 1
-            self.cache(i, known, h, h + g)
+            self.looked_up(known, h)
+            self.prefix_computed(i, h + g)
             rows.append((i, known, h, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
             gives.append(g)
             if np.isnan(self.scheduled[i]):
@@ -452,8 +457,7 @@ class _VllmV1(_Sim):
         firsts = got & (run.generated == 1)
         if _count(firsts):
             self.first[run.id[firsts]] = self.now
-            if self.group is not None:  # (their prompts computed: chunked ones' prefixes now cached)
-                self.cached.update(int(x) for x in self.group[run.id[firsts]] if x >= 0)
+            self.prefix_computed(run.id[firsts], run.tokens[firsts])  # (chunked prompts' prefixes now cached)
         later = got & (run.generated > 1)
         if _count(later):
             self.itl.append((self.now - run.last[later], 1))
@@ -849,7 +853,8 @@ class _SGLang(_Sim):
                 waiting.popleft()
                 g = min(extend, rem_chunk)
                 if computed[i] == 0:
-                    self.cache(i, int(tokens[i]), h, h + g)
+                    self.looked_up(int(tokens[i]), h)
+                    self.prefix_computed(i, h + g)
                     computed[i] = h  # (its cached tokens counted as its own: see the module's notes)
                     used += h
                 batch.append((i, g))
@@ -876,8 +881,8 @@ class _SGLang(_Sim):
                 used += int(g.sum())
                 chunked = None
                 for i, s in zip(ids.tolist(), samples.tolist()):
-                    if s and self.group is not None:  # (its prompt computed: its prefix cached)
-                        self.cache(i, 0, 0, int(tokens[i]))
+                    if s:  # (its prompt computed: its prefix cached)
+                        self.prefix_computed(i, int(tokens[i]))
                     if not s:
                         chunked = i
                     elif self._sample(i, tokens, gen):

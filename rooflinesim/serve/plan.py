@@ -152,7 +152,7 @@ def _bounds(args) -> dict:
     and either the fewest replicas worth simulating or why none is."""
     c, job = args
     from .context import kv_needed
-    from .simulate import ENGINES, PREFIX_CACHES, engine_kv_tokens, engine_limits, step_times
+    from .simulate import ENGINES, engine_kv_tokens, engine_limits, prefix_caching_of, step_times
     from .traffic import requests_at
 
     out = {"candidate": c, "limits": [], "error": None}
@@ -161,8 +161,9 @@ def _bounds(args) -> dict:
         out["profile"] = profile.kind
         reqs = requests_at(job["workload"], math.inf)
         prompt, output = reqs.input_tokens.astype(float), reqs.output_tokens.astype(float)
-        # (with a prefix cache, the prompt tokens a request computes: at least one, and all but its prefix)
-        fresh = prompt if reqs.prefix_tokens is None or job["engine"] not in PREFIX_CACHES else \
+        # (with the engine's prefix cache, as its runs have it, the prompt tokens a request computes:
+        # at least one, and all but its prefix)
+        fresh = prompt if reqs.prefix_tokens is None or not prefix_caching_of(job["engine"], None) else \
             np.maximum(prompt - reqs.prefix_tokens, 1.0)
         longest = int((prompt + output).max())
         gmu, engine = job["gpu_memory_utilization"], job["engine"]

@@ -55,12 +55,6 @@ class EngineDefaults:
         return self.step_overhead_s, self.source
 
 
-# engines whose prefix cache serve simulates (vLLM's automatic prefix caching, on by default in its
-# v1 engine; SGLang's radix cache, on unless --disable-radix-cache); TensorRT-LLM's KV block reuse is
-# not simulated
-PREFIX_CACHES = ("vllm", "sglang")
-
-
 def prefix_caching_of(engine: str, given: bool | None) -> bool:
     """Whether ``engine`` reuses cached prefixes: ``given``, else its default; one sentence
     where it is asked of an engine whose cache is not simulated."""
@@ -109,6 +103,10 @@ ENGINES = {
         "--engine hf's (eagerly, its host time per PyTorch op is in the step); the Python of "
         "generate()'s own loop (logits processors, stopping criteria) is not counted")),
 }
+# engines whose prefix cache serve simulates, those whose default it is (vLLM's automatic prefix
+# caching, on by default in its v1 engine; SGLang's radix cache, on unless --disable-radix-cache);
+# TensorRT-LLM's KV block reuse is not simulated
+PREFIX_CACHES = tuple(name for name, e in ENGINES.items() if e.prefix_caching)
 # SGLang's prefill batches without CUDA graphs (its default until piecewise CUDA graphs
 # became the default for prefill in 2026, PR 16331): the host's time for one forward pass,
 # per decoder layer, which the pass cannot run faster than (eager.joined: the slower of the
