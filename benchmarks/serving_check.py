@@ -146,8 +146,10 @@ def shared_prefix_requests(point: dict, rng):
     system prompt and a question, shuffled once; request k of a stage sends prompt k mod
     their number; rate x duration requests at exponential gaps scaled to fill the stage's
     duration. Each prompt's tokens drawn uniform over the range the client counted (it counts
-    the re-tokenized text, the server's count); the shared prefix the system prompt and the
-    BOS token; the output exactly output_len (ignore_eos)."""
+    the re-tokenized text, the server's count); two nested prefixes: the group's system prompt
+    and the BOS token, then the whole prompt, which every request after its first sends again
+    (load_lazy_data: data_index modulo the prompts), so that a prefix cache holds it; the
+    output exactly output_len (ignore_eos)."""
     from rooflinesim.serve.traffic import Requests
 
     ds, n = point["dataset"], int(point["num_prompts"])
@@ -158,8 +160,10 @@ def shared_prefix_requests(point: dict, rng):
     gaps = rng.exponential(1.0 / float(point["request_rate"]), size=n)
     arrival = np.cumsum(gaps) * (float(point["duration_s"]) / gaps.sum())
     k = np.arange(n) % prompts
-    return Requests(arrival - arrival[0], length[k], np.full(n, int(ds["output_len"])), group[k],
-                    np.full(n, int(ds["system_prompt_len"]) + 1))
+    system = np.full(n, int(ds["system_prompt_len"]) + 1)
+    ids = np.stack([group[k], k], axis=1)  # (levels: the group's system prompt, the prompt itself)
+    return Requests(arrival - arrival[0], length[k], np.full(n, int(ds["output_len"])), ids,
+                    np.stack([system, length[k]], axis=1))
 
 
 # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve

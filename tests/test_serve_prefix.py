@@ -152,3 +152,36 @@ def test_cli_bad_prefix_options_are_one_sentence_and_exit_2(args, says):
     code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5",
                             "--interval-samples", "0", *args])
     assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def _nested(n=40, prompts=4, system=1000, whole=1500):
+    """Prompts that nest two prefixes: a system prompt every request shares (level 0), then the
+    whole prompt, one of ``prompts`` sent again and again (level 1), a request a second."""
+    k = np.arange(n) % prompts
+    return Requests(np.arange(n, dtype=float), np.full(n, whole), np.full(n, 5),
+                    np.stack([np.zeros(n, dtype=np.int64), k], axis=1),
+                    np.stack([np.full(n, system), np.full(n, whole)], axis=1))
+
+
+@pytest.mark.parametrize("engine, page", [("vllm", 16), ("sglang", 1)])
+def test_a_repeated_prompt_finds_itself_whole_and_a_new_one_its_system_prompt(engine, page):
+    reqs = _nested()
+    s = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine).served
+    # the first request finds nothing; the first of each other prompt, the system prompt;
+    # every repeat, its whole prompt but the last token
+    assert s.prefix_cache_hits == 3 * (1000 // page * page) + 36 * (1499 // page * page)
+    assert np.array_equal(reqs.longest_prefix(), np.full(40, 1500))
+    # one level alone (the system prompt) finds less
+    one = Requests(reqs.arrival_s, reqs.input_tokens, reqs.output_tokens, reqs.prefix_id[:, 0],
+                   reqs.prefix_tokens[:, 0])
+    assert serve(LLAMA, H200, FITTED, Deployment(), one, engine=engine).served.prefix_cache_hits == \
+        39 * (1000 // page * page)
+
+
+def test_the_longest_prefix_skips_levels_without_one():
+    r = Requests(np.zeros(3), np.full(3, 900), np.full(3, 5), np.array([[0, 4], [1, -1], [-1, -1]]),
+                 np.array([[300, 800], [300, 0], [0, 0]]))
+    assert r.longest_prefix().tolist() == [800, 300, 0]
+    assert r.take(slice(1, None)).longest_prefix().tolist() == [300, 0]
+    assert random_requests(4, 100, 10, rate=1.0, seed=1).longest_prefix().tolist() == [0] * 4
+

@@ -185,8 +185,10 @@ class _Sim:
         self.log = {"start_s": [], "duration_s": [], "tokens": [], "sequences": [], "kv_blocks_used": []}
         self.preemptions = 0
         # the prefix cache (where on and the requests share prefixes): the prefixes computed
-        self.group = reqs.prefix_id if p.prefix_caching and reqs.prefix_id is not None else None
-        self.group_tokens = reqs.prefix_tokens
+        # (a column per level of nested prefixes; the cache holds (level, id) pairs)
+        on = p.prefix_caching and reqs.prefix_id is not None
+        self.group = reqs.prefix_id.reshape(n, -1) if on else None
+        self.group_tokens = reqs.prefix_tokens.reshape(n, -1) if on else None
         self.cached: set = set()
         self.cache_queries = self.cache_hits = 0
         self.next = 0  # the next request not yet sent
@@ -202,10 +204,13 @@ class _Sim:
         want of free ones), in whole pages of ``page`` tokens, its last known token always
         computed (vLLM's KVCacheManager.get_computed_blocks; SGLang's radix cache, pages of
         one token)."""
-        g = self.group
-        if g is None or g[i] < 0 or int(g[i]) not in self.cached:
+        if self.group is None:
             return 0
-        return min(int(self.group_tokens[i]), known - 1) // page * page
+        found = 0  # (the longest of its nested prefixes that is cached)
+        for level, (g, t) in enumerate(zip(self.group[i].tolist(), self.group_tokens[i].tolist())):
+            if g >= 0 and t > found and (level, g) in self.cached:
+                found = t
+        return min(found, known - 1) // page * page
 
     def looked_up(self, known: int, hit: int) -> None:
         """A request scheduled with ``known`` tokens, ``hit`` of them found in the prefix cache
@@ -220,7 +225,9 @@ class _Sim:
         if self.group is not None:
             ids = np.atleast_1d(ids)
             g = self.group[ids]
-            self.cached.update(g[(g >= 0) & (np.atleast_1d(tokens) >= self.group_tokens[ids])].tolist())
+            covered = (g >= 0) & (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids])
+            for level in range(g.shape[1]):
+                self.cached.update((level, x) for x in g[covered[:, level], level].tolist())
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end

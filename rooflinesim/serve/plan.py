@@ -164,7 +164,7 @@ def _bounds(args) -> dict:
         # (with the engine's prefix cache, as its runs have it, the prompt tokens a request computes:
         # at least one, and all but its prefix)
         fresh = prompt if reqs.prefix_tokens is None or not prefix_caching_of(job["engine"], None) else \
-            np.maximum(prompt - reqs.prefix_tokens, 1.0)
+            np.maximum(prompt - reqs.longest_prefix(), 1.0)
         longest = int((prompt + output).max())
         gmu, engine = job["gpu_memory_utilization"], job["engine"]
         block = engine_limits(engine, model, spec)["block_size"]

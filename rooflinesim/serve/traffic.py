@@ -40,7 +40,10 @@ MAX_TOKENS = 10_000_000  # tokens of one request's input or output
 class Requests:
     """Requests in order of arrival: when each arrives (s, from the first) and its input
     and output tokens; where prompts share prefixes, each request's prefix (an id, -1 for
-    none) and its tokens, counted in its input tokens."""
+    none) and its tokens, counted in its input tokens. Prefixes may nest: with a column per
+    level (arrays of shape (requests, levels)), each level's prefix extends the one before,
+    its ids its own (a system prompt shared by a group, then the whole prompt where requests
+    repeat one, as inference-perf's shared-prefix dataset sends them)."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
@@ -55,6 +58,14 @@ class Requests:
         """The requests at ``index`` (a slice or an array of positions, in order)."""
         part = (None if x is None else x[index] for x in (self.prefix_id, self.prefix_tokens))
         return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], *part)
+
+    def longest_prefix(self) -> np.ndarray:
+        """Each request's longest shared prefix, in tokens (0: none)."""
+        if self.prefix_id is None:
+            return np.zeros(len(self), dtype=np.int64)
+        n = len(self)
+        ids, tokens = self.prefix_id.reshape(n, -1), self.prefix_tokens.reshape(n, -1)
+        return np.where(ids >= 0, tokens, 0).max(axis=1)
 
     def with_prefixes(self, prefix_len: int, num_prefixes: int, seed: int) -> "Requests":
         """These requests with one of ``num_prefixes`` shared prefixes of ``prefix_len``
