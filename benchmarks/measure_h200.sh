@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | moe16 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -384,6 +384,19 @@ block2)
   run1 holdout-block-fp8-repeat.jsonl 200 block-fp8-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+moe16)
+  # one GPU: the engines' fused MoE kernel (Triton) over experts stored in 16 bits, the kernel
+  # class vLLM and SGLang run for Mixtral, Qwen3-MoE and DeepSeek-V2-Lite in bf16 or fp16:
+  # each shape's tile configuration the fastest of the harness's set (timed in a CUDA graph);
+  # calibration (model shapes, bf16) and held out (random, bf16 and fp16)
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-moe16.txt
+  rm -f "$out/calib-fused-moe16.jsonl" "$out/holdout-fused-moe16.jsonl"
+  versions
+  run1 calib-fused-moe16.jsonl 330 fused-moe16 graph
+  run1 holdout-fused-moe16.jsonl 120 fused-moe16-holdout graph
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 sdpa1)
   # one GPU: the host cost of SDPA calls whose key length is new each call, as a DynamicCache
   # decode makes them (benchmarks/sdpa_new_shape.py), by batch, heads, KV heads and head size
@@ -426,6 +439,7 @@ case $phase in
   grouped1) keep_only calib-grouped-gemm.jsonl holdout-grouped-gemm.jsonl ;;
   block1) keep_only calib-block-fp8.jsonl holdout-block-fp8.jsonl ;;
   block2) keep_only calib-block-fp8.jsonl holdout-block-fp8-repeat.jsonl ;;
+  moe16) keep_only calib-fused-moe16.jsonl holdout-fused-moe16.jsonl ;;
   hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
     hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \

@@ -489,3 +489,21 @@ def test_block_fp8_suites_hold_cases_the_kernels_take(name):
     calib = {shape(c) for c in suites.suite_cases("block-fp8")}
     if name == "block-fp8-holdout":
         assert not calib & {shape(c) for c in cases}
+
+
+@pytest.mark.parametrize("name", ["fused-moe16", "fused-moe16-holdout"])
+def test_16_bit_fused_moe_suites_hold_cases_the_kernel_takes(name):
+    """The fused MoE kernel over 16-bit experts: calibration in bf16, held out in bf16 and
+    fp16, topk at most the experts, an input kind, under the size cap; the held-out set
+    shares no shape with the calibration set."""
+    cases = suites.suite_cases(name)
+    assert {c["op"] for c in cases} == {"fused_moe"}
+    assert {c["dtype"] for c in cases} == ({"bf16"} if name == "fused-moe16" else {"bf16", "fp16"})
+    for c in cases:
+        assert c["backend"] == "triton-fused-moe" and 1 <= c["topk"] <= c["experts"], c
+        assert c["input"] in ("token", "row") and 2 * c["tokens"] * c["topk"] * c["n"] * c["k"] <= \
+            suites.GROUPED_MAX_FLOPS
+        records.case_id(c, "graph")
+    shape = lambda c: tuple(c.get(f) for f in ("tokens", "topk", "experts", "n", "k", "input"))  # noqa: E731
+    if name == "fused-moe16-holdout":
+        assert not {shape(c) for c in suites.suite_cases("fused-moe16")} & {shape(c) for c in cases}

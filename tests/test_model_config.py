@@ -537,6 +537,29 @@ def test_block_scaled_layers_quantize_their_activations_in_a_kernel_apart():
     assert "dispatch" in [n for n, _, _ in MoE(**moe, expert_backend=BLOCK_MOE, ep=2).kernel_args()]
 
 
+
+def test_16_bit_experts_under_an_engine_run_its_fused_moe_kernel():
+    """Mixtral's bf16 experts under an engine: the fused MoE kernel (its own fit), reading the
+    tokens through the sorted ids (no dispatch copy) and quantizing nothing; under
+    transformers' kernels, or quantized by the engine to fp8, the dtype's grouped GEMM."""
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.kernels import Phase, phase_kernels
+    from rooflinesim.ops.moe import FUSED_MOE
+
+    EXPERT_GEMMS = ("moe_experts_gate_up", "moe_experts_down")
+    ph = Phase("prefill", batch=1, seq_q=512, seq_kv=512, sequences=1)
+    mix = load_config("mixtral-8x7b")
+    engine = phase_kernels(mix, Deployment(tp=2), ph)
+    names = [k.name for k in engine]
+    assert set(EXPERT_GEMMS) <= set(names)
+    assert all(k.args["backend"] == FUSED_MOE for k in engine if k.name in EXPERT_GEMMS)
+    assert "moe_dispatch" not in names and not any(n.endswith("_quant_in") for n in names)
+    assert "moe_dispatch" in [k.name for k in phase_kernels(mix, Deployment(tp=2, ep=2), ph)]  # (sent rows)
+    for d in (Deployment(tp=2, kernels="hf", hf_cache="dynamic"), Deployment(tp=2, weights="fp8")):
+        other = phase_kernels(mix, d, ph)
+        assert all(k.args["backend"] == "" for k in other if k.name in EXPERT_GEMMS), d
+
+
 def test_deepseek_v3_preset_is_stored_in_fp8():
     assert load_config("deepseek-v3").weights_default() == ("fp8", None)
     assert load_config("llama-3-8b").weights_default() == ("bf16", None)

@@ -263,16 +263,26 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                           "k_element_s", "memory_latency_s"),
                          fixed={"tile_m": 64, "tile_n": 128, "split_k_ratio": 0.0}, inherit=("gemm", "fp8"),
                          inherit_only=("memory_latency_bytes",)))
-    if any(r["op"] == "fused_moe" for r in recs):
+    if any(r["op"] == "fused_moe" and r.get("dtype", "fp8") == "fp8" for r in recs):
         # the engines' fused MoE kernel over experts stored in 128 x 128 fp8 blocks (block1):
         # its own rates, k overhead, corner and launch floor; the bf16 grouped GEMM's
         # memory latency
         out.append(Group("grouped_gemm/fp8:triton-fused-moe-fp8", "grouped_gemm", "fp8:triton-fused-moe-fp8",
-                         lambda r: r["op"] == "fused_moe",
+                         lambda r: r["op"] == "fused_moe" and r.get("dtype", "fp8") == "fp8",
                          ("compute_efficiency", "memory_efficiency", "corner", "k_overhead", "launch_s",
                           "k_element_s"),
                          # (no 128-row padding: the kernel's row tile follows the rows per
                          # expert, 16 for a few, and a padded tile's rows cost little then)
+                         fixed={"tile_m": 1}, inherit=("grouped_gemm", "bf16"),
+                         inherit_only=("memory_latency_s", "memory_latency_bytes")))
+    if any(r["op"] == "fused_moe" and r.get("dtype") == "bf16" for r in recs):
+        # the same kernel over experts stored in 16 bits (benchmarks/measure_h200.sh moe16), the
+        # engines' for bf16 and fp16 MoE checkpoints: its own rates, k overhead, corner, launch
+        # floor and serial k walk, as the fp8 one's; the bf16 grouped GEMM's memory latency
+        out.append(Group("grouped_gemm/bf16:triton-fused-moe", "grouped_gemm", "bf16:triton-fused-moe",
+                         lambda r: r["op"] == "fused_moe" and r.get("dtype") == "bf16",
+                         ("compute_efficiency", "memory_efficiency", "corner", "k_overhead", "launch_s",
+                          "k_element_s"),
                          fixed={"tile_m": 1}, inherit=("grouped_gemm", "bf16"),
                          inherit_only=("memory_latency_s", "memory_latency_bytes")))
     if any(r["op"] == "decoder_layer" for r in recs):

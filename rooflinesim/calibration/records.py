@@ -259,13 +259,14 @@ def to_op(rec: dict):
             m, n, k = _need(rec, "m", "n", "k")
             return Gemm(m=m, n=n, k=k, dtype="fp8", backend=rec.get("backend", BLOCK_GEMM))
         if op == "fused_moe":
-            from ..ops.moe import BLOCK_MOE, GroupedGemm
+            from ..ops.moe import BLOCK_MOE, FUSED_MOE, GroupedGemm
 
             t, topk, n, k = _need(rec, "tokens", "topk", "n", "k")
             # (the experts that drew rows and their 128-row tiles, as the record counts them)
+            dtype = rec.get("dtype", "fp8")
             return GroupedGemm(rows=t * topk, n=n, k=k, experts=rec.get("experts_touched", rec.get("experts", 1)),
-                               row_tiles=rec.get("row_tiles_128"), dtype="fp8", name="fused_moe",
-                               backend=rec.get("backend", BLOCK_MOE))
+                               row_tiles=rec.get("row_tiles_128"), dtype=dtype, name="fused_moe",
+                               backend=rec.get("backend", BLOCK_MOE if dtype == "fp8" else FUSED_MOE))
         if op in COLLECTIVES:
             nbytes, ws = _need(rec, "bytes", "world_size")
             return Collective(kind=op, bytes=nbytes, world_size=ws, dtype=rec.get("dtype", "bf16"))

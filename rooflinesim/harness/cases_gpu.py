@@ -386,6 +386,48 @@ def _fastest_config(fns):
     return min(times, key=times.get)
 
 
+def _build_fused_moe16(torch, c, device, sets):
+    """``build_fused_moe`` for experts stored in 16 bits (dtype bf16 or fp16), as the engines'
+    fused MoE Triton kernel runs them (``triton_moe.fused_moe``): the same routing, align
+    step and rows, no scales; the tile configuration the fastest for the shape. A sample of
+    routed rows is checked against fp32 products."""
+    t, topk, e, n, k, kind, dt = c["tokens"], c["topk"], c["experts"], c["n"], c["k"], c["input"], c["dtype"]
+    if min(t, topk, e, n, k) < 1 or topk > e or k % 8 or kind not in ("token", "row"):
+        raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of 8 "
+                         f"and input 'token' or 'row', got {c}")
+    from . import triton_fp8, triton_moe
+
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1234 + t)
+    choices = torch.rand(t, e, device=device, generator=gen).topk(topk, dim=1).indices.to(torch.int32)
+    rows = t * (topk if kind == "row" else 1)
+    a = [randn(torch, (rows, k), dt, device) for _ in range(sets)]
+    w = [randn(torch, (e, n, k), dt, device, k ** -0.5) for _ in range(sets)]
+    weights = torch.rand(t * topk, device=device, dtype=torch.float32) if kind == "row" else None
+    out = [torch.zeros(t * topk, n, device=device, dtype=torch_dtype(torch, dt)) for _ in range(sets)]
+    configs = [cfg for cfg in triton_moe.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
+    routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in configs}}
+
+    def run(j, cfg):
+        return triton_moe.fused_moe(a[j], w[j], out[j], routes[cfg[0]], cfg, kind == "token", weights)
+    best = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
+
+    def fn(i):
+        return run(i % sets, best)
+    got = fn(0).float()
+    pick = torch.randperm(t * topk, device=device, generator=gen)[:64]
+    expert = choices.reshape(-1)
+    ref = torch.stack([(a[0][r // topk if kind == "token" else r].float() @ w[0][expert[r]].float().t())
+                       * (weights[r] if weights is not None else 1.0) for r in pick.tolist()])
+    err = _checked(got[pick], ref, "fused moe")
+    counts = torch.bincount(choices.reshape(-1).long(), minlength=e)
+    return Built(fn, backend="triton-fused-moe",
+                 extra={"check_rel_error": err, "config": list(best), "configs_tried": len(configs),
+                        "experts_touched": int((counts > 0).sum()), "routed_rows": t * topk,
+                        "row_tiles_128": int(((counts + 127) // 128).sum()),
+                        "padded_rows": int(routes[best[0]][0].numel())})
+
+
 def block_gemm_set_bytes(c):
     return c["m"] * c["k"] + c["n"] * c["k"] + 4 * (c["m"] + c["n"]) * c["k"] // BLOCK
 
@@ -418,7 +460,7 @@ def build_block_gemm(torch, c, device, sets):
 
 def fused_moe_set_bytes(c):
     rows = c["tokens"] * (c["topk"] if c["input"] == "row" else 1)
-    return rows * c["k"] + c["experts"] * c["n"] * c["k"]
+    return (rows * c["k"] + c["experts"] * c["n"] * c["k"]) * ELEMENT_BYTES[c.get("dtype", "fp8")]
 
 
 def build_fused_moe(torch, c, device, sets):
@@ -431,6 +473,8 @@ def build_fused_moe(torch, c, device, sets):
     down, times its routing weight). The tile configuration is the fastest for the
     shape. A sample of routed rows is checked against fp32 products."""
     t, topk, e, n, k, kind = c["tokens"], c["topk"], c["experts"], c["n"], c["k"], c["input"]
+    if c.get("dtype", "fp8") in ("bf16", "fp16"):
+        return _build_fused_moe16(torch, c, device, sets)
     if min(t, topk, e, n, k) < 1 or topk > e or k % BLOCK or kind not in ("token", "row"):
         raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of {BLOCK} "
                          f"and input 'token' or 'row', got {c}")

@@ -440,9 +440,10 @@ def block_gemm(m, n, k):
     return {"op": "block_gemm", "dtype": "fp8", "m": m, "n": n, "k": k, "backend": "triton-block-fp8"}
 
 
-def fused_moe(tokens, topk, experts, n, k, input_rows):
-    return {"op": "fused_moe", "dtype": "fp8", "tokens": tokens, "topk": topk, "experts": experts,
-            "n": n, "k": k, "input": input_rows, "backend": "triton-fused-moe-fp8"}
+def fused_moe(tokens, topk, experts, n, k, input_rows, dtype="fp8"):
+    return {"op": "fused_moe", "dtype": dtype, "tokens": tokens, "topk": topk, "experts": experts,
+            "n": n, "k": k, "input": input_rows,
+            "backend": "triton-fused-moe-fp8" if dtype == "fp8" else "triton-fused-moe"}
 
 
 # the Linear layers (n, k) of checkpoints stored in 128 x 128 fp8 blocks, per GPU:
@@ -484,6 +485,38 @@ def block_fp8_holdout_suite(seed=80309):
         t = _log_uniform(rng, 1, 16384)
         if 2 * t * topk * n * k <= GROUPED_MAX_FLOPS and e * n * k <= 2 ** 30:
             cases.append(fused_moe(t, topk, e, n, k, rng.choice(("token", "row"))))
+    return cases
+
+
+# expert GEMMs of checkpoints stored in 16 bits (experts, topk, n, k, input): Mixtral-8x7B at
+# TP 1, 2 and 4, Mixtral-8x22B at TP 8, Qwen3-30B-A3B and DeepSeek-V2-Lite at TP 1
+EXPERTS16 = [(8, 2, 28672, 4096, "token"), (8, 2, 4096, 14336, "row"),
+             (8, 2, 14336, 4096, "token"), (8, 2, 4096, 7168, "row"),
+             (8, 2, 7168, 4096, "token"), (8, 2, 4096, 3584, "row"),
+             (8, 2, 4096, 6144, "token"), (8, 2, 6144, 2048, "row"),
+             (128, 8, 1536, 2048, "token"), (128, 8, 2048, 768, "row"),
+             (64, 6, 2816, 2048, "token"), (64, 6, 2048, 1408, "row")]
+
+
+def fused_moe16_suite():
+    """Calibration: the engines' fused MoE kernel (Triton) over experts stored in bf16 at the
+    shapes of EXPERTS16, from one token to 16,384."""
+    return [fused_moe(t, topk, e, n, k, kind, "bf16") for e, topk, n, k, kind in EXPERTS16 for t in BLOCK_ROWS
+            if 2 * t * topk * n * k <= GROUPED_MAX_FLOPS]
+
+
+def fused_moe16_holdout_suite(seed=35899):
+    """Held out: the fused MoE kernel over 16-bit experts (bf16 and fp16) of random widths,
+    expert counts, choices and token counts (a seed no other suite uses)."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < 60:
+        e = rng.choice((8, 16, 32, 64, 128))
+        topk = rng.choice([x for x in (1, 2, 4, 6, 8) if x <= e])
+        n, k = rng.choice(range(256, 16385, 128)), rng.choice(range(256, 8193, 128))
+        t = _log_uniform(rng, 1, 16384)
+        if 2 * t * topk * n * k <= GROUPED_MAX_FLOPS and e * n * k <= 2 ** 30:
+            cases.append(fused_moe(t, topk, e, n, k, rng.choice(("token", "row")), rng.choice(("bf16", "fp16"))))
     return cases
 
 
@@ -781,6 +814,8 @@ _SUITES = {
     "grouped-gemm-holdout": grouped_gemm_holdout_suite,
     "block-fp8": block_fp8_suite,
     "block-fp8-holdout": block_fp8_holdout_suite,
+    "fused-moe16": fused_moe16_suite,
+    "fused-moe16-holdout": fused_moe16_holdout_suite,
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,

@@ -47,7 +47,7 @@ from ..ops.attention import Attention
 from ..ops.collectives import Collective
 from ..ops.gemm import BLOCK_GEMM, Gemm
 from ..ops.memory import Bookkeeping, Copy, Elementwise, Gather, Norm
-from ..ops.moe import BLOCK_MOE, MoE
+from ..ops.moe import BLOCK_MOE, FUSED_MOE, MoE
 from .deploy import Deployment, shard
 
 __all__ = ["Kernel", "Phase", "eager_layer_kernels", "phase_kernels"]
@@ -280,12 +280,20 @@ def _moe(s: _Shapes) -> list[Kernel]:
     op = MoE(tokens=s.T * s.sh.moe_token_factor, hidden=s.h, ffn=s.sh.expert_ffn,
              experts=m.num_experts, top_k=m.num_experts_per_tok, dtype=s.d.weights,
              act_dtype=s.act, ep=s.d.ep, routing_kernels=3, eager=False,
-             expert_backend=BLOCK_MOE if s.blocks else "")
+             expert_backend=_expert_backend(s))
     # ep <= tp: every rank of the TP group already holds every token, so the experts'
     # rows need no all-to-all; the layer's AllReduce combines them (vLLM's EP without DP)
     skip = ("ep_dispatch", "ep_combine") if s.sh.moe_token_factor == 1 else ()
     return [Kernel(f"moe_{name}", cls, _all_args(cls, args), where="moe")
             for name, cls, args in op.kernel_args() if name not in skip]
+
+
+def _expert_backend(s: _Shapes) -> str:
+    """The experts' kernel: the engines' fused MoE kernel for fp8 stored in blocks and for 16-bit
+    experts (vLLM's and SGLang's Triton kernel, each measured on its own), else the dtype's fit."""
+    if s.blocks:
+        return BLOCK_MOE
+    return FUSED_MOE if s.d.kernels == "engine" and s.d.weights in ("bf16", "fp16") else ""
 
 
 def _all_args(cls, args: dict) -> dict:

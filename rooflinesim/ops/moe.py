@@ -3,10 +3,10 @@
 router GEMM -> softmax/top-k -> dispatch permutation -> grouped GEMM (gate and up) ->
 SiLU(gate)*up -> grouped GEMM (down) -> weighted combine, with an all-to-all before and
 after the experts when they are sharded over ``ep`` GPUs (expert parallelism). Experts
-stored in 128 x 128 fp8 blocks (``expert_backend`` BLOCK_MOE) run the engines' fused kernel,
-which reads each routed row's token through the align step's sorted ids (no dispatch copy,
-unless an all-to-all sends the rows) and takes its inputs quantized to fp8 per 1 x 128 group
-by a kernel before each expert GEMM.
+stored in 128 x 128 fp8 blocks (``expert_backend`` BLOCK_MOE) or in 16 bits under an engine
+(FUSED_MOE) run the engines' fused kernel, which reads each routed row's token through the
+align step's sorted ids (no dispatch copy, unless an all-to-all sends the rows); the fp8
+one takes its inputs quantized to fp8 per 1 x 128 group by a kernel before each expert GEMM.
 
 How tokens land on experts is given by one of:
   tokens_per_expert: explicit counts (a tuple of length ``experts``);
@@ -38,6 +38,10 @@ from .routing import expected_busiest, expected_touched
 # sorted by expert and padded to the row tile by an align step, a kernel of its own);
 # measured on its own (the harness's fused_moe) and fitted under its own key
 BLOCK_MOE = "triton-fused-moe-fp8"
+# the same kernel over experts stored in 16 bits (bf16, fp16), the engines' for Mixtral,
+# Qwen3-MoE and the like (the harness's fused_moe at dtype bf16); its own key likewise
+FUSED_MOE = "triton-fused-moe"
+FUSED_BACKENDS = (BLOCK_MOE, FUSED_MOE)
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class GroupedGemm(Op):
             + self.rows * self.n * c,
             # PyTorch's: the problem-size setup kernel, then the grouped GEMM; the
             # engines' fused kernel reads the align step's sorted rows (a kernel of its own)
-            kernels=1 if self.backend == BLOCK_MOE else 2,
+            kernels=1 if self.backend in FUSED_BACKENDS else 2,
         )
 
 
@@ -115,7 +119,8 @@ class MoE(Op):
     # engine's fused kernels
     eager: bool = True
     # the expert GEMMs' kernel (GroupedGemm.backend): BLOCK_MOE for experts stored in
-    # 128 x 128 fp8 blocks, as the engines run them; "": the dtype's fit
+    # 128 x 128 fp8 blocks, FUSED_MOE for 16-bit ones, as the engines run them; "": the
+    # dtype's fit
     expert_backend: str = ""
     name: str = ""
 
@@ -203,6 +208,7 @@ class MoE(Op):
         ad = self.act_dtype
         moved = "indexed" if self.eager else "gather"  # PyTorch's index kernels, or an engine's
         sharded, block = _sharded(self.ep), self.expert_backend == BLOCK_MOE
+        fused = self.expert_backend in FUSED_BACKENDS
         out = [
             ("router", Gemm, dict(m=local_tokens, n=e, k=h, dtype="bf16", name="router")),
             ("topk", Norm, dict(tokens=local_tokens, hidden=e, dtype="fp32", kind="softmax",
@@ -210,10 +216,10 @@ class MoE(Op):
             ("routing", Bookkeeping, dict(kernels=self.routing_kernels, bytes=local_routed * 16,
                                           name="routing")),
         ]
-        if not block or sharded:
-            # (the engines' fused MoE kernel, as measured for BLOCK_MOE, reads each routed row's
-            # token through the align step's sorted ids: no copy of the rows before it, unless
-            # an all-to-all must send them)
+        if not fused or sharded:
+            # (the engines' fused MoE kernel, as measured for BLOCK_MOE and FUSED_MOE, reads each
+            # routed row's token through the align step's sorted ids: no copy of the rows before
+            # it, unless an all-to-all must send them)
             out.append(("dispatch", Gather, dict(rows_in=local_routed, rows_out=local_routed, width=h,
                                                  dtype=ad, kind=moved, name="dispatch")))
         a2a_bytes = local_routed * h * bytes_per_element(ad)  # this GPU's send buffer

@@ -360,8 +360,9 @@ def grouped_gemm_rule(op: GroupedGemm, spec, profile) -> Timing:
 def grouped_gemm_terms(op: GroupedGemm, spec, profile) -> KernelTerms:
     rate = FORMATS[op.dtype][3]
     _require(spec, rate, f"a {op.dtype} grouped GEMM")
-    own = (f"{op.dtype}:{op.backend}",) if op.backend else ()
-    p = profile.params("grouped_gemm", *own, op.dtype, *FALLBACK.get(op.dtype, ()), "bf16")
+    keys = (op.dtype, *FALLBACK.get(op.dtype, ()))
+    own = tuple(f"{d}:{op.backend}" for d in keys) if op.backend else ()  # (fp16: the bf16 kernel's fit)
+    p = profile.params("grouped_gemm", *own, *keys, "bf16")
     scale, losses = 1.0, {}
     if p.tile_m > 1:
         pad = op.tiles_m() * TILE_M / op.rows
