@@ -66,6 +66,16 @@
 #                     measured again as holdout-block-fp8-repeat.jsonl (benchmarks/eager_repeat.py
 #                     compares the two). holdout-block-fp8-eager-pick*.jsonl, an earlier pair
 #                     whose tiles were picked by eager timings, are kept, not used.
+#   16-bit experts:   calib-fused-moe16.jsonl (the engines' fused MoE kernel, Triton, over bf16
+#                     experts at the shapes of Mixtral-8x7B and 8x22B, Qwen3-30B-A3B and
+#                     DeepSeek-V2-Lite; they fit the key bf16:triton-fused-moe, which fp16
+#                     takes too) and holdout-fused-moe16.jsonl (random bf16 and fp16 shapes,
+#                     looked at once after the fit; the command after the block-scaled ones').
+#   add and norm:     calib-add-rmsnorm.jsonl (the residual add fused into RMSNorm, a Triton
+#                     program per row as the engines run it, at seven model widths from 1 to
+#                     32,768 tokens; it fits the memory key add_rmsnorm) and
+#                     holdout-add-rmsnorm.jsonl (other widths, random token counts; and
+#                     -eager.jsonl, the same as eager launches), looked at once after the fit.
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
@@ -86,6 +96,8 @@ rooflinesim validate "$d"/holdout1{1,2}.jsonl "$d"/random-layers{8,9}.jsonl --gp
 rooflinesim validate "$d"/holdout14.jsonl "$d"/random-layers11.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/holdout-grouped-gemm.jsonl --gpu h200-sxm --worst 6 --by backend
 rooflinesim validate "$d"/holdout-block-fp8.jsonl --gpu h200-sxm --worst 6 --by op
+rooflinesim validate "$d"/holdout-fused-moe16.jsonl --gpu h200-sxm --worst 6 --by dtype
+rooflinesim validate "$d"/holdout-add-rmsnorm.jsonl "$d"/holdout-add-rmsnorm-eager.jsonl --gpu h200-sxm --worst 6 --by mode
 rooflinesim validate "$d"/eager-holdout16.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout17.jsonl --gpu h200-sxm --worst 5 --by mode
 rooflinesim validate "$d"/eager-holdout18.jsonl --gpu h200-sxm --worst 5 --by mode

@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | moe16 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | moe16 | norm1 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -397,6 +397,19 @@ moe16)
   run1 holdout-fused-moe16.jsonl 120 fused-moe16-holdout graph
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
+norm1)
+  # one GPU: the residual add fused into RMSNorm (Triton, a program per row), the kernel class
+  # the engines run between a layer's blocks; calibration (model widths) and held out (other
+  # widths, random token counts), in CUDA graphs; the held-out set again as eager launches
+  export CUDA_VISIBLE_DEVICES=0
+  log=log-norm1.txt
+  rm -f "$out/calib-add-rmsnorm.jsonl" "$out/holdout-add-rmsnorm.jsonl" "$out/holdout-add-rmsnorm-eager.jsonl"
+  versions
+  run1 calib-add-rmsnorm.jsonl 200 add-rmsnorm graph
+  run1 holdout-add-rmsnorm.jsonl 100 add-rmsnorm-holdout graph
+  run1 holdout-add-rmsnorm-eager.jsonl 60 add-rmsnorm-holdout eager
+  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
+  ;;
 sdpa1)
   # one GPU: the host cost of SDPA calls whose key length is new each call, as a DynamicCache
   # decode makes them (benchmarks/sdpa_new_shape.py), by batch, heads, KV heads and head size
@@ -440,6 +453,7 @@ case $phase in
   block1) keep_only calib-block-fp8.jsonl holdout-block-fp8.jsonl ;;
   block2) keep_only calib-block-fp8.jsonl holdout-block-fp8-repeat.jsonl ;;
   moe16) keep_only calib-fused-moe16.jsonl holdout-fused-moe16.jsonl ;;
+  norm1) keep_only calib-add-rmsnorm.jsonl holdout-add-rmsnorm.jsonl holdout-add-rmsnorm-eager.jsonl ;;
   hf5) keep_only hf-untouched3-llama2.jsonl hf-untouched3-llama405.jsonl hf-untouched3-qwen3moe.jsonl \
     hf-untouched3-mistral.jsonl hf-untouched3-phi3.jsonl hf-untouched3-dyn-llama2.jsonl hf-untouched3-dyn-qwen3moe.jsonl ;;
   hf4) keep_only hf-untouched2-dsv3.jsonl hf-untouched2-mistral01.jsonl hf-untouched2-qwen3moe.jsonl \

@@ -10,8 +10,9 @@ warm-up, device events, inputs rotated over sets that span the L2 several times,
 * ``torch_add_then_rms_norm``: the residual add, then F.rms_norm (two kernels);
 * ``fused_add_rms_norm``: one Triton program per row that reads the row and its residual,
   writes their sum back as the residual and the normalized sum as the output, the whole row
-  in registers: the kernel class of vLLM's and SGLang's fused_add_rms_norm (one block per
-  token), written here, not theirs.
+  in registers (``rooflinesim.harness.triton_norm``, the harness's add_rmsnorm cases): the
+  kernel class of vLLM's and SGLang's fused_add_rms_norm (one block per token), written
+  here, not theirs.
 
 Needs torch, triton and a GPU. Diagnostic: the profile does not fit on these rows.
 """
@@ -29,26 +30,6 @@ HIDDEN = (4096, 8192)
 EPS = 1e-5
 
 
-def _kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def fused_add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, hidden, eps, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        mask = cols < hidden
-        x = tl.load(x_ptr + row * hidden + cols, mask=mask, other=0.0).to(tl.float32)
-        r = tl.load(res_ptr + row * hidden + cols, mask=mask, other=0.0).to(tl.float32)
-        s = x + r
-        tl.store(res_ptr + row * hidden + cols, s.to(tl.bfloat16), mask=mask)
-        rms = tl.rsqrt(tl.sum(s * s, axis=0) / hidden + eps)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * hidden + cols, (s * rms * w).to(tl.bfloat16), mask=mask)
-
-    return triton, fused_add_rms_norm
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -59,9 +40,11 @@ def main() -> None:
     import torch.nn.functional as F
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from rooflinesim.harness.timing import CudaTimer, rotation_sets
+    import triton
 
-    triton, fused = _kernel()
+    from rooflinesim.harness.timing import CudaTimer, rotation_sets
+    from rooflinesim.harness.triton_norm import fused_add_rms_norm
+
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 50 * 2**20))
     base = {"hardware": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
@@ -76,14 +59,12 @@ def main() -> None:
                 rs = [torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
                 outs = [torch.empty_like(x) for x in xs]
                 w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
-                block = triton.next_power_of_2(hidden)
-                warps = 16 if hidden > 4096 else 8
                 fns = {
                     "torch_rms_norm": lambda i: F.rms_norm(xs[i % sets], (hidden,), w, eps=EPS),
                     "torch_add_then_rms_norm": lambda i: F.rms_norm(xs[i % sets] + rs[i % sets], (hidden,), w,
                                                                     eps=EPS),
-                    "fused_add_rms_norm": lambda i: fused[(rows,)](xs[i % sets], rs[i % sets], w, outs[i % sets],
-                                                                   hidden, EPS, BLOCK=block, num_warps=warps),
+                    "fused_add_rms_norm": lambda i: fused_add_rms_norm(xs[i % sets], rs[i % sets], w,
+                                                                       outs[i % sets], EPS),
                 }
                 for name, fn in fns.items():
                     for graph in (True, False):

@@ -207,6 +207,27 @@ def test_shipped_h200_profile_on_held_out_16_bit_fused_moe_kernels():
     assert before["fused_moe/bf16"]["median_ape"] > 0.2 and before["fused_moe/fp16"]["median_ape"] > 0.2
 
 
+
+def test_shipped_h200_profile_on_held_out_fused_add_rmsnorm_kernels():
+    """The residual add fused into RMSNorm (a Triton program per row, the engines' kernel
+    class), fitted under the memory key add_rmsnorm, against 48 shapes at widths the fit
+    never saw (holdout-add-rmsnorm.jsonl, CUDA graphs, looked at once). Priced as the plain
+    RMSNorm over twice the rows, as before the key, the small ones were about 3x too long."""
+    from rooflinesim.ops.memory import Norm
+
+    spec = load_spec("h200")
+    prof = load_profile_file(ROOT / "hardware_specs" / "profiles" / "h200-sxm.yaml")
+    meas = records.load([H200_DATA / "holdout-add-rmsnorm.jsonl"])
+    rep = validate(meas, spec, prof, "h200-sxm").ops["add_rmsnorm"]
+    assert rep["n"] == 48 and rep["median_ape"] < 0.04 and rep["p90_ape"] < 0.12
+    op = records.to_op({"op": "add_rmsnorm", "dtype": "bf16", "tokens": 8, "hidden": 8192})
+    assert isinstance(op, Norm) and op.kind == "add_rmsnorm"
+    assert float(op.work().hbm_bytes) == 4 * 8 * 8192 * 2 + 8192 * 2
+    fused = predict(op, spec, prof).latency_s
+    old = predict(Norm(tokens=16, hidden=8192), spec, prof).latency_s  # (the former price: the same bytes)
+    assert 1.9e-6 < fused < 2.6e-6 and old > 2.5 * fused  # (2.19 us measured: calib-add-rmsnorm.jsonl)
+
+
 def test_16_bit_fused_moe_records_take_the_fused_kernels_key_fp16_the_bf16_one():
     from rooflinesim.ops.moe import FUSED_MOE, GroupedGemm
 

@@ -507,3 +507,27 @@ def test_16_bit_fused_moe_suites_hold_cases_the_kernel_takes(name):
     shape = lambda c: tuple(c.get(f) for f in ("tokens", "topk", "experts", "n", "k", "input"))  # noqa: E731
     if name == "fused-moe16-holdout":
         assert not {shape(c) for c in suites.suite_cases("fused-moe16")} & {shape(c) for c in cases}
+
+
+def test_fused_add_rmsnorm_suites_are_model_widths_and_others_held_out():
+    calib = suites.suite_cases("add-rmsnorm")
+    held = suites.suite_cases("add-rmsnorm-holdout")
+    for c in calib + held:
+        assert c["op"] == "add_rmsnorm" and c["dtype"] == "bf16" and c["backend"] == "triton-fused-add-rmsnorm"
+        assert 1 <= c["tokens"] <= 32768 and 3 * c["tokens"] * c["hidden"] * 2 <= suites.RMSNORM_MAX_BYTES
+        records.case_id(c, "graph")
+    assert {c["hidden"] for c in calib} == set(suites.ADD_NORM_WIDTHS) and len(held) == 48
+    assert not {c["hidden"] for c in calib} & {c["hidden"] for c in held}
+    assert held == suites.suite_cases("add-rmsnorm-holdout")  # (seeded)
+
+
+def test_a_cases_file_takes_every_suites_cases_as_they_are_written(tmp_path):
+    """A case a suite makes, written to a --cases file, reads back (the fused MoE cases' input
+    kind is a name): the way to re-measure committed shapes."""
+    from rooflinesim.harness.cli import _check_case_types
+
+    for name in ("block-fp8", "fused-moe16", "add-rmsnorm"):
+        for c in suites.suite_cases(name)[:5]:
+            _check_case_types(c, name)
+    with pytest.raises(Exception, match="must be a whole number"):
+        _check_case_types({"op": "fused_moe", "tokens": "8", "input": "token"}, "x")

@@ -490,5 +490,6 @@ def test_the_measured_layer_is_the_engine_layer_unfused(mode):
     assert (a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim) == \
         (e.batch, e.heads, e.kv_heads, e.seq_q, e.seq_kv, e.head_dim)
     assert [n for n, _, _ in layer.parts].count("residual_add") == 2 and "act" in engine and "silu" in measured
-    rows = 2 * (b * (seq if mode == "prefill" else 1))  # (the engine's norm reads the residual too)
-    assert engine["input_norm"].tokens == rows and measured["input_norm"].tokens == rows // 2
+    rows = b * (seq if mode == "prefill" else 1)  # (the engine's norm reads the residual too, in one kernel)
+    assert engine["input_norm"].tokens == rows and measured["input_norm"].tokens == rows
+    assert engine["input_norm"].kind == "add_rmsnorm" and measured["input_norm"].kind == "rmsnorm"

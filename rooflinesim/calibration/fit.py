@@ -178,6 +178,12 @@ def _groups(meas: Measurements, spec) -> list[Group]:
                "row_element_s", "rows_per_sm", "corner", "row_bandwidth_elements", "row_double_bytes"),
               also=(("memory", "layernorm"), ("memory", "softmax"), ("memory", "add"),
                     ("memory", "silu_mul"), ("memory", "gather"), ("memory", "default"))),
+        # the residual add fused into RMSNorm as the engines run it (a Triton program per row,
+        # benchmarks/measure_h200.sh norm1): its own rates and row costs, the norm's corner
+        Group("add_rmsnorm", "memory", "add_rmsnorm", lambda r: r["op"] == "add_rmsnorm",
+              ("memory_efficiency", "launch_s", "memory_latency_s", "memory_latency_bytes",
+               "row_element_s", "rows_per_sm", "row_bandwidth_elements", "row_double_bytes"),
+              inherit=("memory", "rmsnorm")),
     ]
     gemm_free = ("compute_efficiency", "memory_efficiency", "launch_s", "corner", "k_overhead",
                  "align8_compute", "align8_memory", "skinny_misaligned_memory", "split_k_ratio",

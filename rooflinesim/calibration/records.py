@@ -276,9 +276,9 @@ def to_op(rec: dict):
             if layout not in COPY_LAYOUTS:
                 raise Unpredictable(f"unknown copy layout '{layout}'")
             return Copy(bytes=nbytes, graph_memcpy=is_graph_memcpy(rec), layout=layout)
-        if op == "rmsnorm":
+        if op in ("rmsnorm", "add_rmsnorm"):
             t, h = _need(rec, "tokens", "hidden")
-            return Norm(tokens=t, hidden=h, dtype=rec.get("dtype", "bf16"))
+            return Norm(tokens=t, hidden=h, dtype=rec.get("dtype", "bf16"), kind=op)
         if op == "decoder_layer":
             from ..models.layer import decoder_layer_from_record
 

@@ -308,7 +308,7 @@ def _read_cases(path):
     return cases
 
 
-_TEXT_FIELDS = ("dtype", "backend", "routing", "mode", "action", "suite")
+_TEXT_FIELDS = ("dtype", "backend", "routing", "mode", "action", "suite", "input")
 
 
 def _check_case_types(case: dict, where: str) -> None:

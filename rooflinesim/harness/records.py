@@ -39,6 +39,7 @@ SHAPE_FIELDS = {
     "alltoall": ("bytes", "world_size"),
     "copy": ("bytes",),
     "rmsnorm": ("tokens", "hidden"),
+    "add_rmsnorm": ("tokens", "hidden"),
     "decoder_layer": ("mode", "batch", "seq", "hidden", "heads", "kv_heads", "head_dim", "ffn"),
     "selftest": ("action",),
 }

@@ -100,6 +100,11 @@ def rmsnorm(tokens, hidden):
             "backend": "torch-rms_norm"}
 
 
+def add_rmsnorm(tokens, hidden):
+    return {"op": "add_rmsnorm", "dtype": "bf16", "tokens": tokens, "hidden": hidden,
+            "backend": "triton-fused-add-rmsnorm"}
+
+
 def decoder_layer(mode, batch, seq, hidden, heads, kv_heads, head_dim, ffn):
     return {"op": "decoder_layer", "dtype": "bf16", "mode": mode, "batch": batch,
             "seq": seq, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
@@ -520,6 +525,27 @@ def fused_moe16_holdout_suite(seed=35899):
     return cases
 
 
+# the residual add fused into RMSNorm: the widths of the models the engines serve (Llama-3.2-1B
+# and 3B, 8B, Qwen3-32B's 5,120, 70B's 8,192, Mistral-Large's 12,288, 405B's 16,384), from
+# one token to a 32,768-token step
+ADD_NORM_WIDTHS = (2048, 3072, 4096, 5120, 8192, 12288, 16384)
+ADD_NORM_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def add_rmsnorm_suite():
+    """Calibration: the engines' fused residual add and RMSNorm at ADD_NORM_WIDTHS x ADD_NORM_ROWS."""
+    return [add_rmsnorm(t, hd) for hd in ADD_NORM_WIDTHS for t in ADD_NORM_ROWS
+            if 3 * t * hd * 2 <= RMSNORM_MAX_BYTES]
+
+
+def add_rmsnorm_holdout_suite(seed=86753):
+    """Held out: the fused residual add and RMSNorm at random token counts and widths the
+    calibration does not have (a seed no other suite uses)."""
+    rng = random.Random(seed)
+    return [add_rmsnorm(_log_uniform(rng, 1, 32768), rng.choice((1536, 2560, 3584, 6144, 7168, 10240)))
+            for _ in range(48)]
+
+
 def grouped_gemm_holdout_suite(seed=60221):
     """Held out: expert GEMMs of random widths, expert counts and routed rows (a seed no
     other suite uses), fp8 and bf16."""
@@ -816,6 +842,8 @@ _SUITES = {
     "block-fp8-holdout": block_fp8_holdout_suite,
     "fused-moe16": fused_moe16_suite,
     "fused-moe16-holdout": fused_moe16_holdout_suite,
+    "add-rmsnorm": add_rmsnorm_suite,
+    "add-rmsnorm-holdout": add_rmsnorm_holdout_suite,
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,

@@ -50,18 +50,37 @@ def _scaled_k_walk(a_ptrs, w_ptrs, as_ptrs, ws_ptrs, rows_in, cols_in, offs_k, K
 
 
 @triton.jit
+def grouped_tile(pid, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Program ``pid``'s (row tile, column tile): GROUP_M row tiles walked together, for
+    L2 reuse of W."""
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_here = min(tiles_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % rows_here, (pid % per_group) // rows_here
+
+
+@triton.jit
+def routed_tile(pid_m, sorted_ptr, expert_ptr, routed_rows, topk,
+                BLOCK_M: tl.constexpr, PER_TOKEN_INPUT: tl.constexpr):
+    """Row tile ``pid_m`` of the sorted routes: its (token, choice) rows, which of them are
+    real (padding holds routed_rows), its expert, and the rows of A it reads: each token's
+    hidden state once per choice for the first GEMM, else the first's output row."""
+    row = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    real = row < routed_rows
+    expert = tl.load(expert_ptr + pid_m)
+    if PER_TOKEN_INPUT:
+        a_row = row // topk
+    else:
+        a_row = row
+    return row, real, expert, a_row
+
+
+@triton.jit
 def _block_gemm_kernel(a_ptr, w_ptr, c_ptr, as_ptr, ws_ptr, M, N, K,
                        stride_am, stride_wn, stride_cm, stride_asm, stride_wsn,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n  # row tiles walked together, for L2 reuse of W
-    first_m = (pid // per_group) * GROUP_M
-    rows_here = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_here
-    pid_n = (pid % per_group) // rows_here
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -82,22 +101,9 @@ def _fused_moe_kernel(a_ptr, w_ptr, c_ptr, as_ptr, ws_ptr, sorted_ptr, expert_pt
                       stride_am, stride_we, stride_wn, stride_cm, stride_asm, stride_wse, stride_wsn,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PER_TOKEN_INPUT: tl.constexpr, ROUTED_WEIGHT: tl.constexpr):
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(padded_rows, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_here = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_here
-    pid_n = (pid % per_group) // rows_here
-    offs = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row = tl.load(sorted_ptr + offs)  # (token, choice) rows; padding holds routed_rows
-    real = row < routed_rows
-    expert = tl.load(expert_ptr + pid_m)
-    if PER_TOKEN_INPUT:  # the first GEMM reads each token's hidden state once per choice
-        a_row = row // topk
-    else:  # the second reads the first's output, one row per (token, choice)
-        a_row = row
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(padded_rows, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    row, real, expert, a_row = routed_tile(pid_m, sorted_ptr, expert_ptr, routed_rows, topk, BLOCK_M,
+                                           PER_TOKEN_INPUT)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     in_n = offs_n < N

@@ -16,6 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_fp8 import grouped_tile, routed_tile
+
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages): the space the engines' tuned
 # configurations for this kernel on Hopper come from (each within its shared memory)
 CONFIGS = (
@@ -31,22 +33,9 @@ def _fused_moe_kernel(a_ptr, w_ptr, c_ptr, sorted_ptr, expert_ptr, weight_ptr,
                       stride_am, stride_we, stride_wn, stride_cm,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PER_TOKEN_INPUT: tl.constexpr, ROUTED_WEIGHT: tl.constexpr):
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(padded_rows, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n  # row tiles walked together, for L2 reuse of W
-    first_m = (pid // per_group) * GROUP_M
-    rows_here = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_here
-    pid_n = (pid % per_group) // rows_here
-    offs = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row = tl.load(sorted_ptr + offs)  # (token, choice) rows; padding holds routed_rows
-    real = row < routed_rows
-    expert = tl.load(expert_ptr + pid_m)
-    if PER_TOKEN_INPUT:  # the first GEMM reads each token's hidden state once per choice
-        a_row = row // topk
-    else:  # the second reads the first's output, one row per (token, choice)
-        a_row = row
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(padded_rows, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    row, real, expert, a_row = routed_tile(pid_m, sorted_ptr, expert_ptr, routed_rows, topk, BLOCK_M,
+                                           PER_TOKEN_INPUT)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     in_n = offs_n < N

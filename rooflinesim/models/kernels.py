@@ -2,7 +2,7 @@
 
 Kernels of one decoder layer, per GPU (fused where vLLM and TensorRT-LLM fuse):
   input_norm      the residual add fused into RMSNorm: it reads x and the residual and
-                  writes both, priced as an RMSNorm over twice the rows (the same bytes);
+                  writes both, one kernel (measured as the engines run it, its own fit);
   qkv_proj        one column-parallel GEMM for q, k and v;
   rope_kv_cache   RoPE and the write of the new K and V into the cache, one kernel,
                   priced as a copy of q, k and v;
@@ -120,9 +120,10 @@ class _Shapes:
         return Kernel(name, Norm, dict(tokens=rows, hidden=width, dtype=self.act, kind="rmsnorm"), **kw)
 
     def add_norm(self, name, **kw) -> Kernel:
-        """Residual add fused into RMSNorm: x and the residual read, both written; priced
-        as an RMSNorm over twice the rows (the same bytes, one row walk per row)."""
-        return self.norm(name, self.h, rows=2 * self.norm_rows, **kw)
+        """Residual add fused into RMSNorm: x and the residual read, both written, in the
+        engines' one kernel (its own fit, a program per row)."""
+        return Kernel(name, Norm, dict(tokens=self.norm_rows, hidden=self.h, dtype=self.act, kind="add_rmsnorm"),
+                      **kw)
 
     def collective(self, name, kind, nbytes, world, **kw) -> Kernel:
         # (an engine's TP AllReduce is its own, priced where measured; transformers' and every

@@ -83,9 +83,15 @@ class Elementwise(Op):
                     hbm_bytes=(ins + outs) * self.elements * b, kernels=1)
 
 
+NORM_KINDS = ("rmsnorm", "add_rmsnorm", "layernorm", "softmax")
+
+
 @dataclass(frozen=True)
 class Norm(Op):
-    """RMSNorm or LayerNorm over rows of ``hidden``: read x and the weight, write y."""
+    """RMSNorm or LayerNorm over rows of ``hidden``: read x and the weight, write y. Kind
+    ``add_rmsnorm``: the residual add fused into RMSNorm, as the engines run it between a
+    layer's blocks: x and the residual read, their sum written back as the residual and
+    its norm as y."""
 
     tokens: Any
     hidden: Any
@@ -97,18 +103,19 @@ class Norm(Op):
 
     def __post_init__(self):
         check_positive(tokens=self.tokens, hidden=self.hidden)
-        check_choice("norm kind", self.kind, ("rmsnorm", "layernorm", "softmax"))
+        check_choice("norm kind", self.kind, NORM_KINDS)
 
     def work(self) -> Work:
         b = bytes_per_element(self.dtype)
         elems = self.tokens * self.hidden
-        params = {"rmsnorm": 1, "layernorm": 2, "softmax": 0}[self.kind]
-        # rmsnorm: square, sum, scale, weight (4/elt); layernorm adds the mean (6/elt);
-        # softmax: max, subtract, sum, divide (4/elt) and one exp per element
-        flops = {"rmsnorm": 4, "layernorm": 6, "softmax": 4}[self.kind] * elems
+        params = {"rmsnorm": 1, "add_rmsnorm": 1, "layernorm": 2, "softmax": 0}[self.kind]
+        rows_moved = 4 if self.kind == "add_rmsnorm" else 2  # (x and the residual in, both out)
+        # rmsnorm: square, sum, scale, weight (4/elt), the add one more; layernorm adds the
+        # mean (6/elt); softmax: max, subtract, sum, divide (4/elt) and one exp per element
+        flops = {"rmsnorm": 4, "add_rmsnorm": 5, "layernorm": 6, "softmax": 4}[self.kind] * elems
         sfu = elems if self.kind == "softmax" else self.tokens  # exp, or one rsqrt per row
         return Work(vector_flops=flops, sfu_ops=sfu,
-                    hbm_bytes=2 * elems * b + params * self.hidden * b, kernels=1)
+                    hbm_bytes=rows_moved * elems * b + params * self.hidden * b, kernels=1)
 
 
 @dataclass(frozen=True)

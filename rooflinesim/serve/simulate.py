@@ -165,7 +165,8 @@ def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, contex
 INTERVAL_LEVEL = 0.9
 # the profile's cross-validated ops whose error stands for each family's (the largest)
 FAMILY_OPS = {"gemm": ("gemm", "block_gemm"), "attention": ("attention",), "moe": ("moe", "fused_moe"),
-              "memory": ("copy", "rmsnorm"), "collective": ("allreduce", "allgather", "reducescatter", "alltoall")}
+              "memory": ("copy", "rmsnorm", "add_rmsnorm"),
+              "collective": ("allreduce", "allgather", "reducescatter", "alltoall")}
 
 
 def family_sigmas(profile) -> dict:
