@@ -185,3 +185,52 @@ def test_the_longest_prefix_skips_levels_without_one():
     assert r.take(slice(1, None)).longest_prefix().tolist() == [300, 0]
     assert random_requests(4, 100, 10, rate=1.0, seed=1).longest_prefix().tolist() == [0] * 4
 
+
+
+MOONCAKE = "\n".join(json.dumps(r) for r in [
+    {"timestamp": 0, "input_length": 1300, "output_length": 20, "hash_ids": [0, 1, 2]},
+    {"timestamp": 2000, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 3]},
+    {"timestamp": 1000, "input_length": 600, "output_length": 15, "hash_ids": [4, 5]},
+    {"timestamp": 3000, "input_length": 900, "output_length": 15, "hash_ids": []},
+])
+
+
+def test_a_mooncake_trace_gives_milliseconds_and_nested_prefixes_by_block():
+    r = parse_trace(MOONCAKE, "mooncake.jsonl")
+    assert r.arrival_s.tolist() == [0.0, 1.0, 2.0, 3.0]  # (milliseconds, sorted)
+    assert r.input_tokens.tolist() == [1300, 600, 1100, 900]
+    assert r.prefix_id.tolist() == [[0, 1, 2], [4, 5, -1], [0, 1, 3], [-1, -1, -1]]
+    assert r.prefix_tokens.tolist() == [[512, 1024, 1300], [512, 600, 0], [512, 1024, 1100], [0, 0, 0]]
+    assert r.longest_prefix().tolist() == [1300, 600, 1100, 0]
+    s = serve(LLAMA, H200, FITTED, Deployment(), r).served
+    assert s.prefix_cache_hits == 1024  # (the third request finds the first's first two blocks)
+    small = parse_trace(MOONCAKE.replace('"hash_ids": [0, 1, 2]', '"hash_ids": [0, 1, 2, 6, 7, 8, 9, 10, 11, 12]'),
+                        "m.jsonl", block_tokens=128)
+    assert small.prefix_tokens[0, :3].tolist() == [128, 256, 384]
+
+
+def test_a_mooncake_trace_through_the_cli(tmp_path):
+    f = tmp_path / "mooncake.jsonl"
+    f.write_text(MOONCAKE + "\n")
+    d = json.loads(_cli_trace(str(f), "--json").output)
+    assert d["completed"] == 4 and d["prefix_cache_hit_rate"] == pytest.approx(1024 / 3900)
+
+
+def _cli_trace(path, *args):
+    return CliRunner().invoke(cli, ["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--trace", path,
+                                    "--interval-samples", "0", *args])
+
+
+@pytest.mark.parametrize("row, says", [
+    ({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3]}, "cover more than its"),
+    ({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": "x"}, "hash_ids must be a list"),
+    ({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, -2]}, "hash_ids must be a list"),
+    ({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1], "prefix_id": 1,
+      "prefix_tokens": 5}, "not both"),
+])
+def test_bad_hash_ids_are_one_sentence_and_exit_2(tmp_path, row, says):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--trace", str(f),
+                            "--interval-samples", "0"])
+    assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err

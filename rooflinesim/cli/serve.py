@@ -189,7 +189,10 @@ def _goodput(ctx, param, values) -> dict:
                    "--disable-radix-cache as SGLang's).")
 @click.option("--trace", "trace_file", default=None,
               help="Requests from a CSV or JSON Lines file: arrival time, input and output tokens "
-                   "(our column names or the Azure LLM inference traces').")
+                   "(our column names, the Azure LLM inference traces' or Mooncake's, whose hash_ids "
+                   "give each request's shared prefixes).")
+@click.option("--trace-block-size", type=Size(min=1, max=1_000_000), default=512, show_default=True,
+              help="Tokens a hash id of a Mooncake-format trace stands for (its traces' 512).")
 @click.option("--seed", type=Size(min=0, max=2**63 - 1), default=0, show_default=True, help="Random seed.")
 @click.option("--interval-samples", type=Size(min=0, max=1000), default=10, show_default=True,
               help="Simulations with the kernel model's error drawn per family, for the intervals (0: none).")
@@ -212,7 +215,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, prefix_len, num_prefixes,
-          prefix_caching, trace_file, seed,
+          prefix_caching, trace_file, trace_block_size, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -259,7 +262,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     if trace_file is not None:
         from ..files import read_text
 
-        reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file))
+        reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file), trace_block_size)
         source = {"trace": click.format_filename(trace_file)}
     else:
         workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,

@@ -188,7 +188,10 @@ class _Sim:
         # (a column per level of nested prefixes; the cache holds (level, id) pairs)
         on = p.prefix_caching and reqs.prefix_id is not None
         self.group = reqs.prefix_id.reshape(n, -1) if on else None
-        self.group_tokens = reqs.prefix_tokens.reshape(n, -1) if on else None
+        # (a level without a prefix is never covered: its levels covered are then the first ones)
+        self.group_tokens = np.where(self.group >= 0, reqs.prefix_tokens.reshape(n, -1), np.iinfo(np.int64).max) \
+            if on else None
+        self.marked = np.zeros(n, dtype=np.int64) if on else None  # levels each request has cached so far
         self.cached: set = set()
         self.cache_queries = self.cache_hits = 0
         self.next = 0  # the next request not yet sent
@@ -206,10 +209,12 @@ class _Sim:
         one token)."""
         if self.group is None:
             return 0
-        found = 0  # (the longest of its nested prefixes that is cached)
-        for level, (g, t) in enumerate(zip(self.group[i].tolist(), self.group_tokens[i].tolist())):
-            if g >= 0 and t > found and (level, g) in self.cached:
-                found = t
+        found, ids = 0, self.group[i]
+        for level in range(ids.size - 1, -1, -1):  # (the longest of its nested prefixes cached)
+            g = int(ids[level])
+            if g >= 0 and (level, g) in self.cached:
+                found = int(self.group_tokens[i, level])
+                break
         return min(found, known - 1) // page * page
 
     def looked_up(self, known: int, hit: int) -> None:
@@ -224,10 +229,10 @@ class _Sim:
         those cover them."""
         if self.group is not None:
             ids = np.atleast_1d(ids)
-            g = self.group[ids]
-            covered = (g >= 0) & (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids])
-            for level in range(g.shape[1]):
-                self.cached.update((level, x) for x in g[covered[:, level], level].tolist())
+            covered = (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids]).sum(axis=1)
+            for i, upto in zip(ids[covered > self.marked[ids]].tolist(), covered[covered > self.marked[ids]].tolist()):
+                self.cached.update((level, int(self.group[i, level])) for level in range(int(self.marked[i]), upto))
+                self.marked[i] = upto
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end

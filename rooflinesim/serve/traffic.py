@@ -16,7 +16,8 @@ with the semantics of vLLM's benchmark client (``vllm bench serve`` / benchmark_
   each prompt, one of ``num_prefixes`` different ones drawn uniformly per request (vLLM's
   random dataset with ``--random-prefix-len``, one prefix; its ``prefix_repetition`` and
   SGLang's ``generated-shared-prefix`` datasets, several); a trace may say so per request
-  (columns prefix_id and prefix_tokens, the prefix counted in the input tokens).
+  (columns prefix_id and prefix_tokens, the prefix counted in the input tokens; or, in
+  Mooncake's format, hash_ids: a hash per block, each block's the prefix through it).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class Requests:
     """Requests in order of arrival: when each arrives (s, from the first) and its input
     and output tokens; where prompts share prefixes, each request's prefix (an id, -1 for
     none) and its tokens, counted in its input tokens. Prefixes may nest: with a column per
-    level (arrays of shape (requests, levels)), each level's prefix extends the one before,
-    its ids its own (a system prompt shared by a group, then the whole prompt where requests
+    level (arrays of shape (requests, levels)), each level's prefix extends the one before
+    (more tokens), its ids its own (a system prompt shared by a group, then the whole prompt where requests
     repeat one, as inference-perf's shared-prefix dataset sends them)."""
 
     arrival_s: np.ndarray
@@ -162,9 +163,15 @@ def requests_at(workload: dict, rate: float) -> Requests:
 # column names a trace may use, ours first
 _COLUMNS = {
     "arrival": ("arrival_s", "arrival_time", "timestamp", "time"),
-    "input": ("input_tokens", "input_len", "prompt_tokens", "contexttokens", "context_tokens"),
-    "output": ("output_tokens", "output_len", "generated_tokens", "generatedtokens"),
+    "input": ("input_tokens", "input_len", "prompt_tokens", "contexttokens", "context_tokens", "input_length"),
+    "output": ("output_tokens", "output_len", "generated_tokens", "generatedtokens", "output_length"),
 }
+# Mooncake's trace format (its FAST'25 traces; AIPerf's mooncake_trace, Dynamo's generator):
+# timestamp in milliseconds, input_length, output_length, and hash_ids, a hash per block of
+# the prompt (512 tokens in its traces): the same hash at the same place, the same prefix
+# through that block. Known by its input_length column, which no other format here uses.
+MOONCAKE_INPUT, MOONCAKE_HASHES = "input_length", "hash_ids"
+MOONCAKE_BLOCK_TOKENS = 512
 _PREFIX_COLUMNS = {"prefix id": ("prefix_id", "prefix_group"), "prefix": ("prefix_tokens", "prefix_len")}
 
 
@@ -209,8 +216,10 @@ def _tokens(value, name: str, row: int, what: str) -> int:
     return int(x)
 
 
-def parse_trace(text: str, name: str) -> Requests:
-    """A trace file's requests, sorted by arrival, times counted from the first."""
+def parse_trace(text: str, name: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Requests:
+    """A trace file's requests, sorted by arrival, times counted from the first. In Mooncake's
+    format, its times are milliseconds and each request's hash_ids its nested prefixes: the
+    j-th, the prompt through block j of ``block_tokens`` tokens (or its end)."""
     rows: list = []
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -236,6 +245,11 @@ def parse_trace(text: str, name: str) -> Requests:
     header = list(rows[0][1])
     cols = {w: _column(header, w, name) for w in _COLUMNS}
     pcols = {w: _column(header, w, name, _PREFIX_COLUMNS) for w in _PREFIX_COLUMNS}
+    lower = {h.strip().lower(): h for h in header}
+    mooncake = cols["input"] == lower.get(MOONCAKE_INPUT)
+    hashes = lower.get(MOONCAKE_HASHES)
+    if hashes is not None and pcols["prefix id"] is not None:
+        raise UserError(f"{name}: give prefix_id and prefix_tokens or hash_ids, not both")
     if (pcols["prefix id"] is None) != (pcols["prefix"] is None):
         have, lack = ("prefix_id", "prefix_tokens") if pcols["prefix"] is None else ("prefix_tokens", "prefix_id")
         raise UserError(f"{name}: a {have} column needs a {lack} column beside it")
@@ -244,9 +258,11 @@ def parse_trace(text: str, name: str) -> Requests:
         missing = [c for c in cols.values() if rec.get(c) in (None, "")]
         if missing:
             raise UserError(f"{name}: row {i} has no {missing[0]}")
-        t.append(_seconds(rec[cols["arrival"]], name, i))
+        t.append(_seconds(rec[cols["arrival"]], name, i) / (1000.0 if mooncake else 1.0))
         inp.append(_tokens(rec[cols["input"]], name, i, "input"))
         out.append(_tokens(rec[cols["output"]], name, i, "output"))
+        if hashes is not None:
+            pid.append(_hash_ids(rec.get(hashes), inp[-1], block_tokens, name, i))
         if pcols["prefix"] is not None:
             pid.append(_prefix(rec.get(pcols["prefix id"]), name, i))
             ptok.append(0 if pid[-1] < 0 else _tokens(rec.get(pcols["prefix"]), name, i, "prefix"))
@@ -256,8 +272,43 @@ def parse_trace(text: str, name: str) -> Requests:
     t = np.array(t)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
-    prefixes = (np.array(pid, dtype=np.int64)[order], np.array(ptok, dtype=np.int64)[order]) if pid else (None, None)
+    if hashes is not None:
+        prefixes = _hash_levels([pid[j] for j in order], np.array(inp)[order], block_tokens)
+    else:
+        prefixes = (np.array(pid, dtype=np.int64)[order], np.array(ptok, dtype=np.int64)[order]) if pid \
+            else (None, None)
     return Requests(t, np.array(inp)[order], np.array(out)[order], *prefixes)
+
+
+def _hash_ids(value, tokens: int, block: int, name: str, row: int) -> list:
+    """A request's hash_ids (a JSON list, or its text in a CSV cell; empty: no blocks)."""
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**62
+                                              for x in value):
+        raise UserError(f"{name}: row {row}: hash_ids must be a list of whole numbers from 0")
+    if len(value) > -(-tokens // block):
+        raise UserError(f"{name}: row {row}: {len(value):,} hash ids at {block:,} tokens a block cover more than its "
+                        f"{tokens:,} input tokens")
+    return value
+
+
+def _hash_levels(hashes: list, tokens: np.ndarray, block: int):
+    """Requests' hash ids as nested prefixes: level j the prompt through block j, its id the
+    j-th hash (no prefix where a request has fewer blocks)."""
+    levels = max((len(h) for h in hashes), default=0)
+    if levels == 0:
+        return None, None
+    ids = np.full((len(hashes), levels), -1, dtype=np.int64)
+    for r, h in enumerate(hashes):
+        ids[r, :len(h)] = h
+    through = np.minimum(block * np.arange(1, levels + 1)[None, :], tokens[:, None])
+    return ids, np.where(ids >= 0, through, 0).astype(np.int64)
 
 
 def _prefix(value, name: str, row: int) -> int:
