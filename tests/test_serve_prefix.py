@@ -234,3 +234,14 @@ def test_bad_hash_ids_are_one_sentence_and_exit_2(tmp_path, row, says):
     code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--trace", str(f),
                             "--interval-samples", "0"])
     assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_trace_run_prints_its_summary_and_takes_traces_past_a_mebibyte(tmp_path):
+    f = tmp_path / "big.jsonl"
+    rows = [json.dumps({"timestamp": 200 * i, "input_length": 300, "output_length": 4, "hash_ids": [0],
+                        "padding": "x" * 200}) for i in range(6000)]
+    f.write_text("\n".join(rows) + "\n")
+    assert f.stat().st_size > 1024 * 1024
+    res = _cli_trace(str(f))
+    assert res.exit_code == 0, res.output
+    assert f"trace {f}" in res.output and "completed requests" in res.output and "prefix cache hit rate" in res.output

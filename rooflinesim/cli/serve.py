@@ -224,7 +224,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report
-    from ..serve.traffic import load_dataset, parse_trace, requests_at
+    from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at
 
     slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
             for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
@@ -262,7 +262,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     if trace_file is not None:
         from ..files import read_text
 
-        reqs = parse_trace(read_text(trace_file, "trace"), click.format_filename(trace_file), trace_block_size)
+        reqs = parse_trace(read_text(trace_file, "trace", MAX_TRACE_BYTES), click.format_filename(trace_file),
+                           trace_block_size)
         source = {"trace": click.format_filename(trace_file)}
     else:
         workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,
@@ -373,7 +374,8 @@ class _progress:
 def _print(head: dict, r, d, spec, extra: dict) -> None:
     m, e = r.metrics, r.engine
     rate = "all" if head.get("all_at_once") else head.get("request_rate")
-    sent = "all at t = 0" if rate == "all" else f"{rate:g} req/s, burstiness {head.get('burstiness', 1):g}"
+    sent = "all at t = 0" if rate == "all" else \
+        f"{rate or 0:g} req/s, burstiness {head.get('burstiness') or 1:g}"  # (a trace has its own arrivals)
     if "trace" in head:
         load = f"trace {head['trace']}"
     elif head["dataset"] == "random":

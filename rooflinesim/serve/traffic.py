@@ -35,6 +35,9 @@ from ..errors import UserError
 
 MAX_REQUESTS = 10_000_000
 MAX_TOKENS = 10_000_000  # tokens of one request's input or output
+# a trace file's size: public traces run to megabytes (Mooncake's FAST'25 traces, a day of
+# the Azure LLM inference traces), and a file of MAX_REQUESTS rows to a few hundred
+MAX_TRACE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
