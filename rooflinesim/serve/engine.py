@@ -230,7 +230,8 @@ class _Sim:
         if self.group is not None:
             ids = np.atleast_1d(ids)
             covered = (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids]).sum(axis=1)
-            for i, upto in zip(ids[covered > self.marked[ids]].tolist(), covered[covered > self.marked[ids]].tolist()):
+            more = covered > self.marked[ids]
+            for i, upto in zip(ids[more].tolist(), covered[more].tolist()):
                 self.cached.update((level, int(self.group[i, level])) for level in range(int(self.marked[i]), upto))
                 self.marked[i] = upto
 

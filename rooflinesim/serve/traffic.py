@@ -173,9 +173,10 @@ _COLUMNS = {
 # timestamp in milliseconds, input_length, output_length, and hash_ids, a hash per block of
 # the prompt (512 tokens in its traces): the same hash at the same place, the same prefix
 # through that block. Known by its input_length column, which no other format here uses.
-MOONCAKE_INPUT, MOONCAKE_HASHES = "input_length", "hash_ids"
+MOONCAKE_INPUT = "input_length"
 MOONCAKE_BLOCK_TOKENS = 512
-_PREFIX_COLUMNS = {"prefix id": ("prefix_id", "prefix_group"), "prefix": ("prefix_tokens", "prefix_len")}
+_PREFIX_COLUMNS = {"prefix id": ("prefix_id", "prefix_group"), "prefix": ("prefix_tokens", "prefix_len"),
+                   "hashes": ("hash_ids",)}
 
 
 def _column(header: list, what: str, name: str, columns: dict = _COLUMNS) -> str | None:
@@ -248,9 +249,8 @@ def parse_trace(text: str, name: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS)
     header = list(rows[0][1])
     cols = {w: _column(header, w, name) for w in _COLUMNS}
     pcols = {w: _column(header, w, name, _PREFIX_COLUMNS) for w in _PREFIX_COLUMNS}
-    lower = {h.strip().lower(): h for h in header}
-    mooncake = cols["input"] == lower.get(MOONCAKE_INPUT)
-    hashes = lower.get(MOONCAKE_HASHES)
+    mooncake = cols["input"].strip().lower() == MOONCAKE_INPUT
+    hashes = pcols["hashes"]
     if hashes is not None and pcols["prefix id"] is not None:
         raise UserError(f"{name}: give prefix_id and prefix_tokens or hash_ids, not both")
     if (pcols["prefix id"] is None) != (pcols["prefix"] is None):
