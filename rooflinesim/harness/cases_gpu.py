@@ -386,48 +386,6 @@ def _fastest_config(fns):
     return min(times, key=times.get)
 
 
-def _build_fused_moe16(torch, c, device, sets):
-    """``build_fused_moe`` for experts stored in 16 bits (dtype bf16 or fp16), as the engines'
-    fused MoE Triton kernel runs them (``triton_moe.fused_moe``): the same routing, align
-    step and rows, no scales; the tile configuration the fastest for the shape. A sample of
-    routed rows is checked against fp32 products."""
-    t, topk, e, n, k, kind, dt = c["tokens"], c["topk"], c["experts"], c["n"], c["k"], c["input"], c["dtype"]
-    if min(t, topk, e, n, k) < 1 or topk > e or k % 8 or kind not in ("token", "row"):
-        raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of 8 "
-                         f"and input 'token' or 'row', got {c}")
-    from . import triton_fp8, triton_moe
-
-    gen = torch.Generator(device=device)
-    gen.manual_seed(1234 + t)
-    choices = torch.rand(t, e, device=device, generator=gen).topk(topk, dim=1).indices.to(torch.int32)
-    rows = t * (topk if kind == "row" else 1)
-    a = [randn(torch, (rows, k), dt, device) for _ in range(sets)]
-    w = [randn(torch, (e, n, k), dt, device, k ** -0.5) for _ in range(sets)]
-    weights = torch.rand(t * topk, device=device, dtype=torch.float32) if kind == "row" else None
-    out = [torch.zeros(t * topk, n, device=device, dtype=torch_dtype(torch, dt)) for _ in range(sets)]
-    configs = [cfg for cfg in triton_moe.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
-    routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in configs}}
-
-    def run(j, cfg):
-        return triton_moe.fused_moe(a[j], w[j], out[j], routes[cfg[0]], cfg, kind == "token", weights)
-    best = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
-
-    def fn(i):
-        return run(i % sets, best)
-    got = fn(0).float()
-    pick = torch.randperm(t * topk, device=device, generator=gen)[:64]
-    expert = choices.reshape(-1)
-    ref = torch.stack([(a[0][r // topk if kind == "token" else r].float() @ w[0][expert[r]].float().t())
-                       * (weights[r] if weights is not None else 1.0) for r in pick.tolist()])
-    err = _checked(got[pick], ref, "fused moe")
-    counts = torch.bincount(choices.reshape(-1).long(), minlength=e)
-    return Built(fn, backend="triton-fused-moe",
-                 extra={"check_rel_error": err, "config": list(best), "configs_tried": len(configs),
-                        "experts_touched": int((counts > 0).sum()), "routed_rows": t * topk,
-                        "row_tiles_128": int(((counts + 127) // 128).sum()),
-                        "padded_rows": int(routes[best[0]][0].numel())})
-
-
 def block_gemm_set_bytes(c):
     return c["m"] * c["k"] + c["n"] * c["k"] + 4 * (c["m"] + c["n"]) * c["k"] // BLOCK
 
@@ -464,19 +422,21 @@ def fused_moe_set_bytes(c):
 
 
 def build_fused_moe(torch, c, device, sets):
-    """One expert GEMM of an MoE layer whose experts are stored in 128 x 128 fp8 blocks,
-    as the engines' fused MoE Triton kernel runs it (``triton_fp8.fused_moe``): each of
-    ``tokens`` tokens picks ``topk`` distinct experts of ``experts`` uniformly at random
-    (seeded), the routed rows are sorted by expert and padded to the row tile before
-    timing (the engines' align step, a kernel of its own), and the GEMM reads each
-    token's row (``input`` "token": gate and up) or each routed row (``input`` "row":
-    down, times its routing weight). The tile configuration is the fastest for the
-    shape. A sample of routed rows is checked against fp32 products."""
+    """One expert GEMM of an MoE layer as the engines' fused MoE Triton kernel runs it:
+    experts stored in 128 x 128 fp8 blocks (dtype fp8, ``triton_fp8.fused_moe``) or in 16
+    bits (bf16 or fp16, ``triton_moe.fused_moe``, no scales). Each of ``tokens`` tokens
+    picks ``topk`` distinct experts of ``experts`` uniformly at random (seeded), the routed
+    rows are sorted by expert and padded to the row tile before timing (the engines' align
+    step, a kernel of its own), and the GEMM reads each token's row (``input`` "token":
+    gate and up) or each routed row (``input`` "row": down, times its routing weight). The
+    tile configuration is the fastest for the shape. A sample of routed rows is checked
+    against fp32 products of the (dequantized) operands."""
     t, topk, e, n, k, kind = c["tokens"], c["topk"], c["experts"], c["n"], c["k"], c["input"]
-    if c.get("dtype", "fp8") in ("bf16", "fp16"):
-        return _build_fused_moe16(torch, c, device, sets)
-    if min(t, topk, e, n, k) < 1 or topk > e or k % BLOCK or kind not in ("token", "row"):
-        raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of {BLOCK} "
+    dt = c.get("dtype", "fp8")
+    sixteen = dt in ("bf16", "fp16")
+    step = 8 if sixteen else BLOCK
+    if min(t, topk, e, n, k) < 1 or topk > e or k % step or kind not in ("token", "row"):
+        raise ValueError(f"fused moe needs positive sizes, topk <= experts, k a multiple of {step} "
                          f"and input 'token' or 'row', got {c}")
     from . import triton_fp8
 
@@ -484,28 +444,48 @@ def build_fused_moe(torch, c, device, sets):
     gen.manual_seed(1234 + t)
     choices = torch.rand(t, e, device=device, generator=gen).topk(topk, dim=1).indices.to(torch.int32)
     rows = t * (topk if kind == "row" else 1)
-    a, sa, w, sw = _block_quantized_sets(torch, sets, (rows, k), (e, n, k), device)
+    if sixteen:
+        from . import triton_moe
+
+        a = [randn(torch, (rows, k), dt, device) for _ in range(sets)]
+        w = [randn(torch, (e, n, k), dt, device, k ** -0.5) for _ in range(sets)]
+        out_dtype, space, backend = torch_dtype(torch, dt), triton_moe.CONFIGS, "triton-fused-moe"
+
+        def call(j, cfg, route, weights):
+            return triton_moe.fused_moe(a[j], w[j], out[j], route, cfg, kind == "token", weights)
+
+        def operands():  # (set 0's A and a function giving an expert's W, in fp32)
+            return a[0].float(), lambda x: w[0][x].float()
+    else:
+        a, sa, w, sw = _block_quantized_sets(torch, sets, (rows, k), (e, n, k), device)
+        out_dtype, space, backend = torch.bfloat16, triton_fp8.CONFIGS, "triton-fused-moe-fp8"
+
+        def call(j, cfg, route, weights):
+            return triton_fp8.fused_moe(a[j], sa[j], w[j], sw[j], out[j], route, cfg, kind == "token", weights)
+
+        def operands():
+            return _dequantized(a[0], sa[0], 1), lambda x: _dequantized(w[0][x], sw[0][x], BLOCK)
     weights = torch.rand(t * topk, device=device, dtype=torch.float32) if kind == "row" else None
-    out = [torch.zeros(t * topk, n, device=device, dtype=torch.bfloat16) for _ in range(sets)]
-    configs = [cfg for cfg in triton_fp8.CONFIGS if cfg[0] <= max(16, 2 * t * topk // e)]
+    out = [torch.zeros(t * topk, n, device=device, dtype=out_dtype) for _ in range(sets)]
+    configs = [cfg for cfg in space if cfg[0] <= max(16, 2 * t * topk // e)]
     # (the align step's sorted rows, for each row tile a configuration tried has)
     routes = {bm: triton_fp8.sort_routes(torch, choices.long(), e, bm) for bm in {cfg[0] for cfg in configs}}
 
     def run(j, cfg):
-        return triton_fp8.fused_moe(a[j], sa[j], w[j], sw[j], out[j], routes[cfg[0]], cfg, kind == "token", weights)
+        return call(j, cfg, routes[cfg[0]], weights)
     best = _fastest_config({cfg: (lambda cfg=cfg: run(0, cfg)) for cfg in configs})
 
     def fn(i):
         return run(i % sets, best)
     got = fn(0).float()
     pick = torch.randperm(t * topk, device=device, generator=gen)[:64]
-    a0, expert = _dequantized(a[0], sa[0], 1), choices.reshape(-1)
-    ref = torch.stack([(a0[r // topk if kind == "token" else r]
-                        @ _dequantized(w[0][expert[r]], sw[0][expert[r]], BLOCK).t())
+    a0, w0 = operands()
+    expert = choices.reshape(-1)
+    ref = torch.stack([(a0[r // topk if kind == "token" else r] @ w0(expert[r]).t())
                        * (weights[r] if weights is not None else 1.0) for r in pick.tolist()])
     err = _checked(got[pick], ref, "fused moe")
     counts = torch.bincount(choices.reshape(-1).long(), minlength=e)
-    return Built(fn, backend="triton-fused-moe-fp8",
+    return Built(fn, backend=backend,
                  extra={"check_rel_error": err, "config": list(best), "configs_tried": len(configs),
                         "experts_touched": int((counts > 0).sum()), "routed_rows": t * topk,
                         "row_tiles_128": int(((counts + 127) // 128).sum()),

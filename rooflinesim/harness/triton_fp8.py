@@ -76,6 +76,16 @@ def routed_tile(pid_m, sorted_ptr, expert_ptr, routed_rows, topk,
 
 
 @triton.jit
+def store_routed(acc, c_ptr, weight_ptr, row, real, offs_n, in_n, stride_cm, ROUTED_WEIGHT: tl.constexpr):
+    """A routed tile's epilogue: each row times its routing weight where asked (the down
+    GEMM), written back to its (token, choice) row in the output's dtype."""
+    if ROUTED_WEIGHT:
+        acc = acc * tl.load(weight_ptr + row, mask=real, other=0.0)[:, None]
+    c_ptrs = c_ptr + row[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=real[:, None] & in_n[None, :])
+
+
+@triton.jit
 def _block_gemm_kernel(a_ptr, w_ptr, c_ptr, as_ptr, ws_ptr, M, N, K,
                        stride_am, stride_wn, stride_cm, stride_asm, stride_wsn,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -112,10 +122,7 @@ def _fused_moe_kernel(a_ptr, w_ptr, c_ptr, as_ptr, ws_ptr, sorted_ptr, expert_pt
     as_ptrs = as_ptr + a_row * stride_asm
     ws_ptrs = ws_ptr + expert * stride_wse + (offs_n // BLOCK_K) * stride_wsn
     acc = _scaled_k_walk(a_ptrs, w_ptrs, as_ptrs, ws_ptrs, real, in_n, offs_k, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    if ROUTED_WEIGHT:
-        acc = acc * tl.load(weight_ptr + row, mask=real, other=0.0)[:, None]
-    c_ptrs = c_ptr + row[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=real[:, None] & in_n[None, :])
+    store_routed(acc, c_ptr, weight_ptr, row, real, offs_n, in_n, stride_cm, ROUTED_WEIGHT)
 
 
 def block_gemm(a, a_scale, w, w_scale, out, config):

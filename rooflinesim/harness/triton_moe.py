@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_fp8 import grouped_tile, routed_tile
+from .triton_fp8 import grouped_tile, routed_tile, store_routed
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages): the space the engines' tuned
 # configurations for this kernel on Hopper come from (each within its shared memory)
@@ -49,10 +49,7 @@ def _fused_moe_kernel(a_ptr, w_ptr, c_ptr, sorted_ptr, expert_ptr, weight_ptr,
         acc += tl.dot(a, w)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if ROUTED_WEIGHT:
-        acc = acc * tl.load(weight_ptr + row, mask=real, other=0.0)[:, None]
-    c_ptrs = c_ptr + row[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=real[:, None] & in_n[None, :])
+    store_routed(acc, c_ptr, weight_ptr, row, real, offs_n, in_n, stride_cm, ROUTED_WEIGHT)
 
 
 def fused_moe(a, w, out, routing, config, per_token_input, routed_weight=None):
