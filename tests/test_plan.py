@@ -338,9 +338,10 @@ def test_pd_plans_need_an_engine_with_a_disaggregation_model():
 def test_a_front_end_delay_counts_in_the_plans_ttft():
     """plan --request-overhead: every simulated TTFT carries it, and a TTFT SLO under it is
     rejected by the bounds alone, before any run."""
-    base = _plan(gpus=["h100-sxm"], samples=0)
+    base = _plan(gpus=["h100-sxm"], samples=0, request_overhead_s=0.0)
     late = _plan(gpus=["h100-sxm"], samples=0, request_overhead_s=0.05)
     assert late["request_overhead_s"] == 0.05 and base["request_overhead_s"] == 0.0
+    assert _plan(gpus=["h100-sxm"], samples=0)["request_overhead_s"] == pytest.approx(1.02e-2)  # (vLLM's measured)
     assert late["best"]["metrics"]["median_ttft_ms"] > base["best"]["metrics"]["median_ttft_ms"] + 45
     none = _plan(gpus=["h100-sxm"], samples=0, request_overhead_s=1.2)  # (the TTFT SLO: 1 s)
     assert none["best"] is None

@@ -47,7 +47,7 @@ def test_a_static_batch_agrees_with_predict_model(model, d, batch, prompt, gen):
                          ids=["llama-8b", "mixtral-tp2-fp8"])
 def test_a_lone_request_at_a_low_rate_takes_predict_models_times(model, d):
     reqs = random_requests(40, 1500, 100, rate=0.1, seed=3)
-    m = serve(model, H200, FITTED, d, reqs, step_overhead_s=0.0).metrics
+    m = serve(model, H200, FITTED, d, reqs, step_overhead_s=0.0, request_overhead_s=0.0).metrics  # (the kernels alone)
     one = predict_model(model, H200, FITTED, d, batch=1, prompt=1500, gen=100)
     assert m["median_ttft_ms"] == pytest.approx(one.ttft_s * 1e3, rel=0.01)
     assert m["median_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)
@@ -169,10 +169,11 @@ def test_other_engines_take_predict_models_times_for_a_lone_request(name):
     assert m["median_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)
 
 
-def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from():
+def test_the_engines_measured_front_ends_are_their_defaults_and_say_where_they_come_from():
     """SGLang's HTTP, tokenization and scheduling outside the forward (6.9 ms, measured with a
-    mock forward pass) is in every request's TTFT and E2EL by default, with its source in the
-    JSON; an engine with none measured adds none, and --request-overhead replaces it."""
+    mock forward pass) and vLLM's (10.2 ms, its client's TTFT less its server's) are in every
+    request's TTFT and E2EL by default, with their sources in the JSON; an engine with none
+    measured adds none, and --request-overhead replaces it."""
     reqs = random_requests(30, 1500, 100, rate=0.1, seed=3)
     none = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.0)
     default = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang")
@@ -183,7 +184,11 @@ def test_sglangs_measured_front_end_is_its_default_and_says_where_it_comes_from(
         assert default.metrics[k] == pytest.approx(none.metrics[k] + 6.9, rel=1e-6)
     assert default.metrics["median_itl_ms"] == pytest.approx(none.metrics["median_itl_ms"], rel=1e-9)
     vllm = serve(LLAMA, H200, FITTED, Deployment(), reqs).as_dict()
-    assert vllm["request_overhead_s"] == 0.0 and "not measured" in vllm["request_overhead_source"]
+    assert vllm["request_overhead_s"] == pytest.approx(1.02e-2) and "PR 54628" in vllm["request_overhead_source"]
+    vllm_none = serve(LLAMA, H200, FITTED, Deployment(), reqs, request_overhead_s=0.0).metrics
+    assert vllm["median_ttft_ms"] == pytest.approx(vllm_none["median_ttft_ms"] + 10.2, rel=1e-6)
+    trtllm = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="trtllm").as_dict()
+    assert trtllm["request_overhead_s"] == 0.0 and "not measured" in trtllm["request_overhead_source"]
     given = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.002).as_dict()
     assert given["request_overhead_s"] == 0.002 and given["request_overhead_source"].startswith("given")
     # (a step overhead given is named as given too, not as the engine's measured one)

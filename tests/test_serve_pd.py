@@ -32,7 +32,7 @@ def test_a_lone_request_takes_its_prefill_its_pull_and_one_decode_step():
     # TTFT: the prefill replica's step, the pull of the prompt's KV, then the decode
     # replica's one-token step over the prompt (which samples the first token)
     prompt = 3000
-    r = _pd(random_requests(1, prompt, 50), step_overhead_s=0.0)
+    r = _pd(random_requests(1, prompt, 50), step_overhead_s=0.0, request_overhead_s=0.0)
     steps = r.served.steps
     pull = kv_bytes_per_token_per_gpu(LLAMA, Deployment()) * prompt / VLLM_LINK
     assert r.disaggregated["mean_kv_pull_ms"] == pytest.approx(pull * 1e3, rel=1e-9)

@@ -25,7 +25,8 @@ LLAMA8 = load_config("llama-3.1-8b")
 @pytest.mark.parametrize("pp", [2, 4])
 def test_a_lone_request_takes_predict_models_times(pp):
     d = Deployment(tp=2, pp=pp)
-    m = serve(LLAMA70, H100, FITTED, d, random_requests(20, 1024, 128, rate=0.05, seed=2), step_overhead_s=0.0).metrics
+    m = serve(LLAMA70, H100, FITTED, d, random_requests(20, 1024, 128, rate=0.05, seed=2), step_overhead_s=0.0,
+              request_overhead_s=0.0).metrics  # (the kernels alone)
     one = predict_model(LLAMA70, H100, FITTED, d, batch=1, prompt=1024, gen=128)
     assert m["median_ttft_ms"] == pytest.approx(one.ttft_s * 1e3, rel=0.01)
     assert m["median_tpot_ms"] == pytest.approx(one.tpot_s * 1e3, rel=0.01)

@@ -79,7 +79,12 @@ ENGINES = {
             "vLLM v1 without async scheduling (before v0.14.0, or --no-async-scheduling; always with pipeline "
             "stages): the gap between decode steps with the engine core's host work overlapped by its "
             "processes was 150-170 us (vllm-project/vllm PR 11133); without that overlap it measured 5-6 ms "
-            "at batch 256 (issue 10634)"), prefix_caching=True),
+            "at batch 256 (issue 10634)"), prefix_caching=True,
+        request_overhead_s=1.02e-2, request_overhead_source=(
+            "vLLM's front end, the client's TTFT less the server's own (vllm:time_to_first_token_seconds, from "
+            "the request's arrival in the engine): 8.4 and 12.0 ms in two runs of vllm bench serve's completions "
+            "backend (11.0-12.2 ms for chat), Qwen2.5-0.5B at concurrency 8, 512-token prompts "
+            "(vllm-project/vllm PR 54628, 2026-08): HTTP, tokenization and the streamed reply outside the engine")),
     "sglang": EngineDefaults(0.0, (
         "SGLang's overlap scheduler (on by default since PR 2067) prepares a batch while the GPU runs the "
         "one before; its v0.4 release post shows no GPU idle time between decode batches "
