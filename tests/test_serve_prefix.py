@@ -187,6 +187,48 @@ def test_the_longest_prefix_skips_levels_without_one():
 
 
 
+
+def _churn(first_output=5, last_at=31.0):
+    """A request with prefix 0 (2,000 tokens), 30 with prefixes of their own, one a second,
+    then one with prefix 0 again at ``last_at``."""
+    n = 32
+    arrival = np.append(np.arange(31, dtype=float), last_at)
+    ids = np.append(np.arange(31), 0)
+    output = np.full(n, 5)
+    output[0] = first_output
+    order = np.argsort(arrival, kind="stable")  # (in order of arrival)
+    return Requests(arrival[order], np.full(n, 2100), output[order], ids[order], np.full(n, 2000))
+
+
+@pytest.mark.parametrize("engine, page", [("vllm", 16), ("sglang", 1)])
+def test_a_prefix_no_request_holds_is_lost_once_its_blocks_are_taken_for_others(engine, page):
+    # 30 prompts of 2,100 tokens pass through a cache of 20,000 after prefix 0's last
+    # request: its blocks are taken for theirs, and the last request finds nothing; a cache
+    # that holds them all still has it
+    small = serve(LLAMA, H200, FITTED, Deployment(), _churn(), engine=engine, kv_tokens=20_000).served
+    big = serve(LLAMA, H200, FITTED, Deployment(), _churn(), engine=engine, kv_tokens=200_000).served
+    assert small.prefix_cache_hits == 0
+    assert big.prefix_cache_hits == 2000 // page * page
+    # prefix 0 again soon after (three prompts later, 6,300 tokens of the 20,000): still there
+    soon = Requests(np.arange(5, dtype=float), np.full(5, 2100), np.full(5, 5), np.array([0, 1, 2, 3, 0]),
+                    np.full(5, 2000))
+    assert serve(LLAMA, H200, FITTED, Deployment(), soon, engine=engine, kv_tokens=20_000).served.prefix_cache_hits \
+        == 2000 // page * page
+
+
+@pytest.mark.parametrize("engine, page", [("vllm", 16), ("sglang", 1)])
+def test_a_prefix_a_running_request_holds_is_never_lost(engine, page):
+    # prefix 0's first request still decodes (3,000 tokens) while the 30 others pass through
+    # the cache: its blocks are held, and the last request finds them
+    reqs = _churn(first_output=3000, last_at=12.5)
+    s = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine, kv_tokens=20_000).served
+    assert s.finish_s[0] > 12.5  # (it was running when prefix 0's second request came)
+    assert s.prefix_cache_hits == 2000 // page * page
+    # (the same arrivals with its first request done in time: lost)
+    assert serve(LLAMA, H200, FITTED, Deployment(), _churn(last_at=12.5), engine=engine,
+                 kv_tokens=20_000).served.prefix_cache_hits == 0
+
+
 MOONCAKE = "\n".join(json.dumps(r) for r in [
     {"timestamp": 0, "input_length": 1300, "output_length": 20, "hash_ids": [0, 1, 2]},
     {"timestamp": 2000, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 3]},

@@ -78,9 +78,16 @@ cache): a request scheduled from nothing computed finds its shared prefix (``Req
 prefix_id``) cached once an earlier request with that prefix has been scheduled to compute
 it (vLLM caches a block as it is allocated), in whole blocks for vllm and to the token for
 sglang, its last prompt token always computed; the step computes the rest, its attention
-over the whole context. Cached blocks are never evicted (they are, only for want of free
-ones), and each request holding a prefix counts its blocks as its own, so the KV cache's
-use is overstated by the prefixes shared (at most a prefix per running request).
+over the whole context. A cached prefix held by no running request stays in the cache until
+its blocks are taken for others: vLLM puts a finished request's blocks at the tail of its
+queue of free blocks (its last blocks first, so its prefix's are taken last) and takes new
+blocks from the head, and SGLang evicts its radix cache's least recently used leaves when
+it runs short, so a prefix freed with F blocks free is lost once F, less the prefix's own
+blocks, more have been allocated (a level of nested prefixes lost whole with its first
+block; a request finds the levels from the first up to the first one lost, as vLLM's walk
+of block hashes stops at the first block it does not find). Each request holding a prefix
+counts its blocks as its own, so the KV cache's use is overstated by the prefixes shared
+(at most a prefix per running request), and prefixes are lost a little early.
 
 A step's time is the GPU time of its kernels (``StepTimes``) plus the engine's host time
 per step, a named parameter (``ENGINES``).
@@ -191,8 +198,12 @@ class _Sim:
         # (a level without a prefix is never covered: its levels covered are then the first ones)
         self.group_tokens = np.where(self.group >= 0, reqs.prefix_tokens.reshape(n, -1), np.iinfo(np.int64).max) \
             if on else None
-        self.marked = np.zeros(n, dtype=np.int64) if on else None  # levels each request has cached so far
-        self.cached: set = set()
+        self.marked = np.zeros(n, dtype=np.int64) if on else None  # levels each running request holds
+        # the cached prefixes, (level, id): how many running requests hold each, and for those
+        # none holds, the count of blocks allocated at which the cache loses it (see the notes)
+        self.holders: dict = {}
+        self.parked: dict = {}
+        self.freed = self.reused = 0  # blocks freed by requests leaving; blocks found cached, not allocated
         self.cache_queries = self.cache_hits = 0
         self.next = 0  # the next request not yet sent
         # a closed loop: the times slots in flight became free (a request is sent when it is due
@@ -200,22 +211,32 @@ class _Sim:
         self.slots = None if concurrency is None else deque([0.0] * int(concurrency))
         self.now = 0.0
 
-    def hit(self, i: int, known: int, page: int) -> int:
-        """Request ``i``, to be scheduled from nothing computed with ``known`` tokens: how many
-        the prefix cache holds. Its shared prefix once a request with the same prefix has
-        computed it (the cache is never short of room: cached blocks are evicted only for
-        want of free ones), in whole pages of ``page`` tokens, its last known token always
-        computed (vLLM's KVCacheManager.get_computed_blocks; SGLang's radix cache, pages of
-        one token)."""
+    def hit(self, i: int, known: int, page: int, used: int) -> int:
+        """Request ``i``, to be scheduled from nothing computed with ``known`` tokens while
+        ``used`` blocks are held: how many the prefix cache holds. Its nested prefixes from
+        the first while each is cached (computed by a request scheduled to, and held by a
+        running one or not yet lost: the module's notes), in whole pages of ``page`` tokens,
+        its last known token always computed (vLLM's KVCacheManager.get_computed_blocks;
+        SGLang's radix cache, pages of one token)."""
         if self.group is None:
             return 0
-        found, ids = 0, self.group[i]
-        for level in range(ids.size - 1, -1, -1):  # (the longest of its nested prefixes cached)
-            g = int(ids[level])
-            if g >= 0 and (level, g) in self.cached:
-                found = int(self.group_tokens[i, level])
+        found, ids, allocated = 0, self.group[i], self.allocated(used)
+        for level in range(ids.size):
+            key = (level, int(ids[level]))
+            if key[1] < 0:
                 break
+            if key not in self.holders:
+                lost = self.parked.get(key)
+                if lost is None or lost <= allocated:
+                    self.parked.pop(key, None)
+                    break
+            found = int(self.group_tokens[i, level])
         return min(found, known - 1) // page * page
+
+    def allocated(self, used: int) -> int:
+        """Blocks allocated so far, with ``used`` held now (those freed and those held, less
+        the cached ones found: a request counts those as its own)."""
+        return self.freed + used - self.reused
 
     def looked_up(self, known: int, hit: int) -> None:
         """A request scheduled with ``known`` tokens, ``hit`` of them found in the prefix cache
@@ -223,17 +244,42 @@ class _Sim:
         if self.p.prefix_caching:
             self.cache_queries += known
             self.cache_hits += hit
+            self.reused += hit // self.p.block_size
 
     def prefix_computed(self, ids, tokens) -> None:
-        """Requests ``ids`` will have ``tokens`` computed: their prefixes are cached where
-        those cover them."""
+        """Requests ``ids`` will have ``tokens`` computed: they hold their prefixes those
+        cover (cached from now, as vLLM caches a block once allocated)."""
         if self.group is not None:
             ids = np.atleast_1d(ids)
             covered = (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids]).sum(axis=1)
             more = covered > self.marked[ids]
+            holders, parked = self.holders, self.parked
             for i, upto in zip(ids[more].tolist(), covered[more].tolist()):
-                self.cached.update((level, int(self.group[i, level])) for level in range(int(self.marked[i]), upto))
+                for level in range(int(self.marked[i]), upto):
+                    key = (level, int(self.group[i, level]))
+                    holders[key] = holders.get(key, 0) + 1
+                    parked.pop(key, None)
                 self.marked[i] = upto
+
+    def left(self, ids, blocks: int, free: int) -> None:
+        """Requests ``ids`` left the running ones (finished, preempted, retracted), freeing
+        ``blocks``, ``free`` blocks free after: the prefixes no running request holds now go
+        to the tail of the free blocks, lost once that many, less their own, are allocated."""
+        if self.group is None:
+            return
+        self.freed += int(blocks)
+        allocated = self.allocated(self.p.kv_blocks - int(free))
+        holders, bs = self.holders, self.p.block_size
+        for i in np.atleast_1d(ids).tolist():
+            for level in range(int(self.marked[i])):
+                key = (level, int(self.group[i, level]))
+                left = holders[key] - 1
+                if left:
+                    holders[key] = left
+                else:
+                    del holders[key]
+                    self.parked[key] = allocated + int(free) - int(-(-int(self.group_tokens[i, level]) // bs))
+            self.marked[i] = 0
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end
@@ -446,7 +492,7 @@ class _VllmV1(_Sim):
         while waiting and budget > 0 and room > 0:
             i = waiting[0]
             known = int(tokens[i])
-            h = self.hit(i, known, bs)  # (a waiting request has nothing computed but what the cache holds)
+            h = self.hit(i, known, bs, self.p.kv_blocks - free)  # (a waiting request: nothing computed but the cache's)
             g = min(known - h, budget)
             b = int(_blocks(h + g, bs))  # (the cached blocks counted as its own: see the module's notes)
             if b > free:
@@ -494,7 +540,10 @@ class _VllmV1(_Sim):
             self.finish[ids] = run.last[ended]  # (now, but for those a decode stretch took on past their end)
             self.generated[ids] = run.generated[ended]
             self.last_token[ids] = run.last[ended]
+            freed = int(_sum(run.held[ended]))
             run.keep(~ended)
+            if self.group is not None:
+                self.left(ids, freed, self.p.kv_blocks - int(_sum(run.held)) - self.aside)
             self.release(k)
         return k
 
@@ -601,6 +650,7 @@ class _VllmV1(_Sim):
             self.preemptions += 1
             self.preempted(victim)
             free += int(run.held[v])
+            self.left(victim, int(run.held[v]), free)
             tokens[victim], gen[victim] = run.tokens[v], run.generated[v]
             self.last_token[victim] = run.last[v]
             waiting.appendleft(victim)
@@ -857,7 +907,7 @@ class _SGLang(_Sim):
             room = p.max_num_seqs - len(running) - len(batch)
             while waiting and room > 0 and rem_chunk > 0:
                 i = waiting[0]
-                h = self.hit(i, int(tokens[i]), 1) if computed[i] == 0 else 0  # (the radix cache)
+                h = self.hit(i, int(tokens[i]), 1, used) if computed[i] == 0 else 0  # (the radix cache)
                 extend = int(tokens[i] - computed[i]) - h
                 if extend + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) >= rem_total:
                     break  # (no room for its prompt and output: the batch is full)
@@ -900,6 +950,7 @@ class _SGLang(_Sim):
                         chunked = i
                     elif self._sample(i, tokens, gen):
                         used -= int(computed[i])
+                        self.left(i, int(computed[i]), capacity - used)
                         computed[i] = 0
                         done += 1
                     else:
@@ -927,6 +978,7 @@ class _SGLang(_Sim):
                 self.finish[ended] = self.now
                 self.generated[ended] = gen[ended]
                 used -= int(computed[ended].sum())
+                self.left(ended, int(computed[ended].sum()), capacity - used)
                 computed[ended] = 0
                 done += ended.size
                 self.release(int(ended.size))
@@ -967,6 +1019,7 @@ class _SGLang(_Sim):
             running.remove(v)
             self.preemptions += 1
             used -= int(computed[v])
+            self.left(v, int(computed[v]), capacity - used)
             computed[v] = 0
             waiting.appendleft(v)
             if capacity - used >= len(running) * SGLANG_RETRACT_STEPS:
