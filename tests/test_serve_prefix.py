@@ -186,8 +186,6 @@ def test_the_longest_prefix_skips_levels_without_one():
     assert random_requests(4, 100, 10, rate=1.0, seed=1).longest_prefix().tolist() == [0] * 4
 
 
-
-
 def _churn(first_output=5, last_at=31.0):
     """A request with prefix 0 (2,000 tokens), 30 with prefixes of their own, one a second,
     then one with prefix 0 again at ``last_at``."""

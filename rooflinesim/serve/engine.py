@@ -273,9 +273,9 @@ class _Sim:
         for i in np.atleast_1d(ids).tolist():
             for level in range(int(self.marked[i])):
                 key = (level, int(self.group[i, level]))
-                left = holders[key] - 1
-                if left:
-                    holders[key] = left
+                rest = holders[key] - 1
+                if rest:
+                    holders[key] = rest
                 else:
                     del holders[key]
                     self.parked[key] = allocated + int(free) - int(-(-int(self.group_tokens[i, level]) // bs))
