@@ -227,6 +227,66 @@ def test_a_prefix_a_running_request_holds_is_never_lost(engine, page):
                  kv_tokens=20_000).served.prefix_cache_hits == 0
 
 
+
+def _together(n=40, prefix=2000, unique=100, output=300):
+    """``n`` requests at once, each a ``prefix``-token prefix they all share and ``unique``
+    tokens of its own, ``output`` tokens each."""
+    return Requests(np.zeros(n), np.full(n, prefix + unique), np.full(n, output), np.zeros(n, dtype=np.int64),
+                    np.full(n, prefix))
+
+
+@pytest.mark.parametrize("engine, page", [("vllm", 16), ("sglang", 1)])
+def test_a_prefix_the_running_requests_share_is_held_once(engine, page):
+    # 40 prompts of 2,100 tokens with 300 tokens out each would need 96,000 KV tokens with a
+    # copy of the prefix each; sharing one copy they need about 18,000, so a cache of
+    # 40,000 runs them all at once, none preempted
+    s = serve(LLAMA, H200, FITTED, Deployment(), _together(), engine=engine, kv_tokens=40_000).served
+    assert s.preemptions == 0 and int(s.steps["sequences"].max()) == 40
+    own = -(-(100 + 300 + page) // page) * page  # (each request's own tokens, with its part blocks)
+    peak = int(s.steps["kv_blocks_used"].max()) * page
+    assert 2000 + 40 * (400 - page) <= peak <= 2000 + 40 * own
+    # (a prefix of their own each: a copy each, and the cache holds fewer at once)
+    alone = _together()
+    alone = Requests(alone.arrival_s, alone.input_tokens, alone.output_tokens, np.arange(40), alone.prefix_tokens)
+    a = serve(LLAMA, H200, FITTED, Deployment(), alone, engine=engine, kv_tokens=40_000).served
+    assert a.preemptions > 0 or int(a.steps["sequences"].max()) < 40
+
+
+def _seen(monkeypatch):
+    """The engine simulations serve makes, kept to look into once run."""
+    from rooflinesim.serve import engine
+
+    made, make = [], engine.engine_class
+
+    def keep(name, stages=1):
+        class Kept(make(name, stages)):
+            def __init__(self, *args):
+                super().__init__(*args)
+                made.append(self)
+        return Kept
+    monkeypatch.setattr(engine, "engine_class", keep)
+    return made
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 40), prefix=st.integers(1, 3000), groups=st.integers(1, 4), rate=st.floats(0.5, 200),
+       engine=st.sampled_from(["vllm", "sglang"]), kv=st.sampled_from([8_000, 12_000, 60_000]),
+       seed=st.integers(0, 99))
+def test_the_shared_blocks_are_all_given_back_whatever_the_workload(n, prefix, groups, rate, engine, kv, seed):
+    # preempted, retracted or finished, every request gives back what it held: at the end no
+    # prefix is held, none counted twice, and the blocks in use never pass the cache's
+    reqs = random_requests(n, 400, 200, rate=rate, seed=seed, range_ratio=0.5).with_prefixes(prefix, groups, seed)
+    if int((reqs.input_tokens + reqs.output_tokens).max()) > kv:
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        made = _seen(mp)
+        s = serve(LLAMA, H200, FITTED, Deployment(), reqs, engine=engine, kv_tokens=kv).served
+    sim = made[-1]
+    assert sim.dup == 0 and not sim.holders and not sim.sharers and not sim.marked.any()
+    assert sim.freed >= sim.reused >= 0  # (allocated from nothing held: what was taken, less what came back)
+    assert 0 <= int(s.steps["kv_blocks_used"].min()) and int(s.steps["kv_blocks_used"].max()) <= sim.p.kv_blocks
+    assert np.all(np.isfinite(s.finish_s))
+
 MOONCAKE = "\n".join(json.dumps(r) for r in [
     {"timestamp": 0, "input_length": 1300, "output_length": 20, "hash_ids": [0, 1, 2]},
     {"timestamp": 2000, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 3]},

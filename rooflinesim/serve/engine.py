@@ -85,9 +85,14 @@ blocks from the head, and SGLang evicts its radix cache's least recently used le
 it runs short, so a prefix freed with F blocks free is lost once F, less the prefix's own
 blocks, more have been allocated (a level of nested prefixes lost whole with its first
 block; a request finds the levels from the first up to the first one lost, as vLLM's walk
-of block hashes stops at the first block it does not find). Each request holding a prefix
-counts its blocks as its own, so the KV cache's use is overstated by the prefixes shared
-(at most a prefix per running request), and prefixes are lost a little early.
+of block hashes stops at the first block it does not find). A prefix's blocks are held once
+however many running requests hold it (vLLM's blocks counted by reference, SGLang's radix
+tree's nodes locked): a request that finds it held by a running one takes no blocks for its
+whole blocks (a level's last part block is its own), one that finds it cached but held by
+none takes its blocks back from the free ones, and its blocks are freed when the last
+request holding it leaves. Two requests that compute the same prefix at once (the second
+scheduled before the first has covered it) hold a copy each; a request sharing it then is
+counted as sharing the copy of one still running.
 
 A step's time is the GPU time of its kernels (``StepTimes``) plus the engine's host time
 per step, a named parameter (``ENGINES``).
@@ -203,7 +208,13 @@ class _Sim:
         # none holds, the count of blocks allocated at which the cache loses it (see the notes)
         self.holders: dict = {}
         self.parked: dict = {}
-        self.freed = self.reused = 0  # blocks freed by requests leaving; blocks found cached, not allocated
+        # the sharing of the prefixes' blocks: of a prefix's holders, how many share another's
+        # blocks (found them held); how many levels each running request shares so; and the
+        # blocks the running requests' own counts hold more than once (the cache holds them once)
+        self.sharers: dict = {}
+        self.borrowed = np.zeros(n, dtype=np.int64) if on else None
+        self.dup = 0
+        self.freed = self.reused = 0  # blocks freed by requests leaving; cached blocks taken back from the free
         self.cache_queries = self.cache_hits = 0
         self.next = 0  # the next request not yet sent
         # a closed loop: the times slots in flight became free (a request is sent when it is due
@@ -235,16 +246,59 @@ class _Sim:
 
     def allocated(self, used: int) -> int:
         """Blocks allocated so far, with ``used`` held now (those freed and those held, less
-        the cached ones found: a request counts those as its own)."""
+        the cached ones taken back from the free blocks)."""
         return self.freed + used - self.reused
 
-    def looked_up(self, known: int, hit: int) -> None:
-        """A request scheduled with ``known`` tokens, ``hit`` of them found in the prefix cache
-        (counted as vLLM counts its hit rate)."""
+    def shared(self, i: int, hit: int) -> tuple:
+        """Request ``i``, finding ``hit`` tokens in the prefix cache: its nested prefixes from
+        the first that running requests hold, whole within the hit (how many levels, and
+        their whole blocks: those it shares rather than takes)."""
+        if self.group is None:
+            return 0, 0
+        bs, levels, ids = self.p.block_size, 0, self.group[i]
+        while levels < ids.size and ids[levels] >= 0 and (levels, int(ids[levels])) in self.holders \
+                and int(self.group_tokens[i, levels]) // bs * bs <= hit:
+            levels += 1
+        return levels, int(self.group_tokens[i, levels - 1]) // bs if levels else 0
+
+    def looked_up(self, known: int, hit: int, shared: int = 0) -> None:
+        """Requests scheduled with ``known`` tokens, ``hit`` of them found in the prefix cache
+        (counted as vLLM counts its hit rate), ``shared`` blocks of those held by running
+        requests (the rest taken back from the free blocks)."""
         if self.p.prefix_caching:
             self.cache_queries += known
             self.cache_hits += hit
-            self.reused += hit // self.p.block_size
+            self.reused += hit // self.p.block_size - shared
+
+    def found(self, i: int, known: int, hit: int, share: tuple, tokens: int) -> None:
+        """Request ``i``, scheduled with ``known`` tokens, found ``hit`` of them in the prefix
+        cache, ``share`` of them held by running requests (``shared``'s answer), and will
+        have ``tokens`` computed."""
+        self.looked_up(known, hit, share[1])
+        if self.group is not None:
+            self.borrowed[i] = share[0]
+            self.prefix_computed(i, tokens)
+
+    def _level_blocks(self, i: int, level: int) -> int:
+        """The whole blocks request ``i``'s prefix at ``level`` adds to the level before."""
+        bs, t = self.p.block_size, self.group_tokens[i]
+        return int(t[level]) // bs - (int(t[level - 1]) // bs if level else 0)
+
+    def _hold(self, key, blocks: int, holders: int, sharers: int) -> None:
+        """A prefix of ``blocks`` blocks now has ``holders`` running requests holding it,
+        ``sharers`` of them sharing another's blocks: the blocks counted more than once
+        follow (each sharer's, but one where none holds blocks of its own: those that
+        computed it left)."""
+        old = max(0, min(self.sharers.get(key, 0), self.holders.get(key, 0) - 1))
+        self.dup += (max(0, min(sharers, holders - 1)) - old) * blocks
+        if holders:
+            self.holders[key] = holders
+        else:
+            self.holders.pop(key, None)
+        if sharers:
+            self.sharers[key] = sharers
+        else:
+            self.sharers.pop(key, None)
 
     def prefix_computed(self, ids, tokens) -> None:
         """Requests ``ids`` will have ``tokens`` computed: they hold their prefixes those
@@ -253,33 +307,57 @@ class _Sim:
             ids = np.atleast_1d(ids)
             covered = (np.atleast_1d(tokens)[:, None] >= self.group_tokens[ids]).sum(axis=1)
             more = covered > self.marked[ids]
-            holders, parked = self.holders, self.parked
+            holders, sharers, parked = self.holders, self.sharers, self.parked
             for i, upto in zip(ids[more].tolist(), covered[more].tolist()):
                 for level in range(int(self.marked[i]), upto):
                     key = (level, int(self.group[i, level]))
-                    holders[key] = holders.get(key, 0) + 1
+                    self._hold(key, self._level_blocks(i, level), holders.get(key, 0) + 1,
+                               sharers.get(key, 0) + (level < self.borrowed[i]))
                     parked.pop(key, None)
                 self.marked[i] = upto
 
-    def left(self, ids, blocks: int, free: int) -> None:
-        """Requests ``ids`` left the running ones (finished, preempted, retracted), freeing
-        ``blocks``, ``free`` blocks free after: the prefixes no running request holds now go
-        to the tail of the free blocks, lost once that many, less their own, are allocated."""
+    def left(self, ids, blocks: int, free: int) -> int:
+        """Requests ``ids``, holding ``blocks``, left the running ones (finished, preempted,
+        retracted) with ``free`` blocks free: of their blocks, how many others still hold
+        (their prefixes' shared blocks; the rest are freed). The prefixes no running request
+        holds now go to the tail of the free blocks, lost once that many, less their own,
+        are allocated."""
         if self.group is None:
-            return
-        self.freed += int(blocks)
-        allocated = self.allocated(self.p.kv_blocks - int(free))
-        holders, bs = self.holders, self.p.block_size
+            return 0
+        kept, unheld = self._let_go(ids)
+        self.freed += int(blocks) - kept
+        free = int(free) + int(blocks) - kept  # (after)
+        allocated, bs = self.allocated(self.p.kv_blocks - free), self.p.block_size
+        for key, prefix in unheld:
+            self.parked[key] = allocated + free - -(-prefix // bs)
+        return kept
+
+    def _let_go(self, ids) -> tuple:
+        """Requests ``ids`` no longer hold their prefixes: (how many of their blocks others
+        still hold, the prefixes none holds now with their tokens)."""
+        before, holders, sharers, unheld = self.dup, self.holders, self.sharers, []
         for i in np.atleast_1d(ids).tolist():
             for level in range(int(self.marked[i])):
                 key = (level, int(self.group[i, level]))
                 rest = holders[key] - 1
-                if rest:
-                    holders[key] = rest
-                else:
-                    del holders[key]
-                    self.parked[key] = allocated + int(free) - int(-(-int(self.group_tokens[i, level]) // bs))
-            self.marked[i] = 0
+                self._hold(key, self._level_blocks(i, level), rest,
+                           sharers.get(key, 0) - (level < self.borrowed[i]))
+                if not rest:
+                    unheld.append((key, int(self.group_tokens[i, level])))
+            self.marked[i] = self.borrowed[i] = 0
+        return before - self.dup, unheld
+
+    def kept_if_left(self, ids) -> int:
+        """How many of requests ``ids``' blocks others would still hold were they to leave
+        now (nothing changed)."""
+        if not self.dup:
+            return 0
+        ids = np.atleast_1d(ids)
+        saved = dict(self.holders), dict(self.sharers), self.dup, self.marked[ids].copy(), self.borrowed[ids].copy()
+        kept, _ = self._let_go(ids)
+        self.holders, self.sharers, self.dup = saved[:3]
+        self.marked[ids], self.borrowed[ids] = saved[3], saved[4]
+        return kept
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end
@@ -370,6 +448,12 @@ class _VllmV1(_Sim):
     stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
     aside = 0  # KV blocks held by requests that are not running (a decode instance's pulls)
 
+    def free_blocks(self, run: _Running) -> int:
+        """The free KV blocks: all but those the running requests hold (each block once,
+        though ``held`` counts a shared prefix's in every request holding it) and those held
+        aside."""
+        return self.p.kv_blocks - int(_sum(run.held)) - self.aside + self.dup
+
     def run(self) -> Served:
         p = self.p
         n = len(self.arrival)
@@ -394,7 +478,7 @@ class _VllmV1(_Sim):
                     continue
             if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
                 done += self._finish(run, tokens, gen)
-                free = p.kv_blocks - int(_sum(run.held)) - self.aside
+                free = self.free_blocks(run)
                 continue
             want, give, free = self._schedule(run, want, waiting, tokens, gen, free)
             if not _count(give):  # (nothing fits: only a finishing request can free room)
@@ -415,7 +499,7 @@ class _VllmV1(_Sim):
             finished = self._sampled(run, samples, tokens, gen)
             if finished:
                 done += finished
-                free = p.kv_blocks - int(_sum(run.held)) - self.aside
+                free = self.free_blocks(run)
         return self.served()
 
     def _whole_prompts_step(self, run: _Running, want, waiting, tokens, gen, free):
@@ -456,7 +540,7 @@ class _VllmV1(_Sim):
         run.add([(i, int(tokens[i]), int(tokens[i]), int(b), int(gen[i]), int(self.output[i]), self.last_token[i])
                  for i, b in zip(ids, blocks.tolist())])
         finished = self._sampled(run, np.ones(run.size, dtype=bool), tokens, gen)
-        return (p.kv_blocks - int(_sum(run.held)) - self.aside if finished else left), finished
+        return (self.free_blocks(run) if finished else left), finished
 
     def _schedule(self, run: _Running, want, waiting, tokens, gen, free):
         """A step's scheduling (the module's notes): the running requests' tokens as far as
@@ -494,15 +578,15 @@ class _VllmV1(_Sim):
             known = int(tokens[i])
             h = self.hit(i, known, bs, self.p.kv_blocks - free)  # (a waiting request: nothing computed but the cache's)
             g = min(known - h, budget)
-            b = int(_blocks(h + g, bs))  # (the cached blocks counted as its own: see the module's notes)
-            if b > free:
+            b = int(_blocks(h + g, bs))  # (counted as its own, those it shares too: free_blocks)
+            share = self.shared(i, h)
+            if b - share[1] > free:
                 break
             waiting.popleft()
-            free -= b
+            free -= b - share[1]
             budget -= g
             room -= 1
-            self.looked_up(known, h)
-            self.prefix_computed(i, h + g)
+            self.found(i, known, h, share, h + g)
             rows.append((i, known, h, b, int(gen[i]), int(self.output[i]), self.last_token[i]))
             gives.append(g)
             if np.isnan(self.scheduled[i]):
@@ -540,10 +624,9 @@ class _VllmV1(_Sim):
             self.finish[ids] = run.last[ended]  # (now, but for those a decode stretch took on past their end)
             self.generated[ids] = run.generated[ended]
             self.last_token[ids] = run.last[ended]
-            freed = int(_sum(run.held[ended]))
-            run.keep(~ended)
             if self.group is not None:
-                self.left(ids, freed, self.p.kv_blocks - int(_sum(run.held)) - self.aside)
+                self.left(ids, int(_sum(run.held[ended])), self.free_blocks(run))
+            run.keep(~ended)
             self.release(k)
         return k
 
@@ -619,6 +702,8 @@ class _VllmV1(_Sim):
         # (blocks in use over the stretch: exact at its ends, in between a straight line)
         before = p.kv_blocks - free
         after = before - int(_sum(run.held)) + int(_sum(held[left >= k]))
+        if self.group is not None and _count(left < k):  # (those that finish: their shared blocks stay)
+            after += self.kept_if_left(run.id[left < k])
         log["kv_blocks_used"].extend(np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
         a = 0  # then every later step's, once for each request it serves)
@@ -649,8 +734,7 @@ class _VllmV1(_Sim):
             victim = int(run.id[v])
             self.preemptions += 1
             self.preempted(victim)
-            free += int(run.held[v])
-            self.left(victim, int(run.held[v]), free)
+            free += int(run.held[v]) - self.left(victim, int(run.held[v]), free)
             tokens[victim], gen[victim] = run.tokens[v], run.generated[v]
             self.last_token[victim] = run.last[v]
             waiting.appendleft(victim)
@@ -788,7 +872,7 @@ class _VllmV1Pipeline(_VllmV1):
             self.now = max(self.now, end)
             if ids.size:
                 done += self._sampled(run, np.isin(run.id, ids[self.epoch[ids] == epochs]), tokens, gen)
-                free = p.kv_blocks - int(_sum(run.held))
+                free = self.free_blocks(run)
         return self.served()
 
     def preempted(self, i: int) -> None:
@@ -908,22 +992,23 @@ class _SGLang(_Sim):
             while waiting and room > 0 and rem_chunk > 0:
                 i = waiting[0]
                 h = self.hit(i, int(tokens[i]), 1, used) if computed[i] == 0 else 0  # (the radix cache)
+                share = self.shared(i, h)
+                taken = h - share[1]  # (cached tokens no running request holds: locked, no longer evictable)
                 extend = int(tokens[i] - computed[i]) - h
-                if extend + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) >= rem_total:
+                if extend + taken + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS) >= rem_total:
                     break  # (no room for its prompt and output: the batch is full)
                 if extend >= rem_input and batch:
                     break
                 waiting.popleft()
                 g = min(extend, rem_chunk)
                 if computed[i] == 0:
-                    self.looked_up(int(tokens[i]), h)
-                    self.prefix_computed(i, h + g)
-                    computed[i] = h  # (its cached tokens counted as its own: see the module's notes)
-                    used += h
+                    self.found(i, int(tokens[i]), h, share, h + g)
+                    computed[i] = h  # (its own count; used holds those it shares once)
+                    used += taken
                 batch.append((i, g))
                 if np.isnan(self.scheduled[i]):
                     self.scheduled[i] = self.now
-                rem_total -= g + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS)
+                rem_total -= g + taken + min(int(self.output[i] - gen[i]), SGLANG_CLIP_NEW_TOKENS)
                 rem_input -= g
                 rem_chunk -= g
                 room -= 1
@@ -949,8 +1034,7 @@ class _SGLang(_Sim):
                     if not s:
                         chunked = i
                     elif self._sample(i, tokens, gen):
-                        used -= int(computed[i])
-                        self.left(i, int(computed[i]), capacity - used)
+                        used -= int(computed[i]) - self.left(i, int(computed[i]), capacity - used)
                         computed[i] = 0
                         done += 1
                     else:
@@ -977,8 +1061,8 @@ class _SGLang(_Sim):
             if ended.size:
                 self.finish[ended] = self.now
                 self.generated[ended] = gen[ended]
-                used -= int(computed[ended].sum())
-                self.left(ended, int(computed[ended].sum()), capacity - used)
+                held = int(computed[ended].sum())
+                used -= held - self.left(ended, held, capacity - used)
                 computed[ended] = 0
                 done += ended.size
                 self.release(int(ended.size))
@@ -1018,8 +1102,7 @@ class _SGLang(_Sim):
             v = order.pop()
             running.remove(v)
             self.preemptions += 1
-            used -= int(computed[v])
-            self.left(v, int(computed[v]), capacity - used)
+            used -= int(computed[v]) - self.left(v, int(computed[v]), capacity - used)
             computed[v] = 0
             waiting.appendleft(v)
             if capacity - used >= len(running) * SGLANG_RETRACT_STEPS:
