@@ -187,6 +187,9 @@ def _goodput(ctx, param, values) -> dict:
               help="Reuse a computed shared prefix from the KV cache (default: on for vllm, as in its v1 "
                    "engine, and sglang, its radix cache; --no-enable-prefix-caching as vLLM's, "
                    "--disable-radix-cache as SGLang's).")
+@click.option("--disable-cascade-attn", "disable_cascade_attn", is_flag=True,
+              help="vLLM's flag: no cascade attention, which its FlashAttention backend runs where at least 8 "
+                   "requests share a prefix of 256 tokens or more (attended to once for all of them).")
 @click.option("--trace", "trace_file", default=None,
               help="Requests from a CSV or JSON Lines file: arrival time, input and output tokens "
                    "(our column names, the Azure LLM inference traces' or Mooncake's, whose hash_ids "
@@ -215,7 +218,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, prefix_len, num_prefixes,
-          prefix_caching, trace_file, trace_block_size, seed,
+          prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
@@ -305,7 +308,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
                    chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len,
-                   prefix_caching=prefix_caching)
+                   prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn)
     search = None
     if max_rate:
         def make(rate):
@@ -396,6 +399,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            + f"{e.step_overhead_s * 1e3:g} ms host time per step"
            + ((", async scheduling" if e.name == "vllm" else ", overlap scheduler") if e.overlap else "")
            + (", prefix caching" if e.prefix_caching else "")
+           + (", cascade attention" if e.cascade else "")
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")

@@ -131,9 +131,35 @@ class EngineParams:
     prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
     max_model_len: int | None = None  # the longest request (prompt + output) the engine accepts (context.py)
     prefix_caching: bool = False  # vllm, sglang: a prompt's shared prefix, once computed, is reused (see _Sim.hit)
+    # vllm: (query heads, KV heads of a GPU, the GPU's SMs) where its FlashAttention backend may
+    # run cascade attention over a prefix every running request shares (cascade_prefix); None: never
+    cascade: tuple | None = None
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
+
+CASCADE_MIN_PREFIX = 256  # vLLM's use_cascade_attention: a shorter common prefix is not worth a second kernel
+CASCADE_MIN_REQUESTS = 8  # nor are fewer requests in the step
+CASCADE_TILE = 128  # the query and KV tiles of its performance model
+
+
+def cascade_prefix(common: int, requests: int, decodes_only: bool, rule: tuple) -> int:
+    """vLLM's choice of cascade attention for a step of ``requests`` sequences (each one
+    token where ``decodes_only``) over a ``common`` prefix they all share, ``rule`` the
+    deployment's (query heads, KV heads, SMs): the prefix it attends to once for all, or 0
+    (vllm/v1/attention/backends/flash_attn.py, use_cascade_attention: a prefix of at least
+    256 tokens, 8 requests; where FlashDecoding would run, GQA decodes only, whichever its
+    count of thread-block waves makes faster)."""
+    if common < CASCADE_MIN_PREFIX or requests < CASCADE_MIN_REQUESTS:
+        return 0
+    heads, kv_heads, sms = rule
+    per_kv = heads // kv_heads
+    if per_kv <= 1 or not decodes_only:  # (no FlashDecoding: cascade saves the prefix's reads)
+        return common
+    tiles = -(-common // CASCADE_TILE)
+    cascade = -(-(heads * -(-requests // CASCADE_TILE)) // sms) * tiles
+    flash_decoding = -(-(requests * kv_heads * -(-per_kv // CASCADE_TILE) * tiles) // sms)
+    return common if cascade < flash_decoding else 0
 
 
 def _blocks(tokens, block_size: int):
@@ -448,6 +474,33 @@ class _VllmV1(_Sim):
     stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
     aside = 0  # KV blocks held by requests that are not running (a decode instance's pulls)
 
+    def common_prefix(self, run: _Running, on=None, decodes_only: bool = False, rows=None) -> int:
+        """The prefix the step's cascade attention covers (0: none): the whole blocks of the
+        nested prefixes every running request holds (vLLM's blocks whose reference count is
+        the running requests'; ``rows``: those of these rows, the others gone), no more than
+        the scheduled requests (``on``; None: all) have computed, as vLLM's runner cuts it
+        (_compute_cascade_attn_prefix_len), where ``cascade_prefix`` takes it."""
+        rule = self.p.cascade
+        n = run.size if rows is None else len(rows)
+        if rule is None or self.group is None or n < CASCADE_MIN_REQUESTS:
+            return 0
+        first = int(run.id[0 if rows is None else rows[0]])
+        ids, level = self.group[first], 0
+        if rows is None:  # (held by as many running requests as there are)
+            holders = self.holders
+            while level < int(self.marked[first]) and holders.get((level, int(ids[level]))) == n:
+                level += 1
+        else:  # (held by each of these)
+            group, marked = self.group[run.id[rows]], self.marked[run.id[rows]]
+            while level < int(marked.min()) and bool((group[:, level] == ids[level]).all()):
+                level += 1
+        if not level:
+            return 0
+        bs = self.p.block_size
+        computed = run.computed[rows] if rows is not None else run.computed if on is None else run.computed[on]
+        common = min(int(self.group_tokens[first, level - 1]) // bs, int(computed.min()) // bs) * bs
+        return cascade_prefix(common, int(computed.size), decodes_only, rule)
+
     def free_blocks(self, run: _Running) -> int:
         """The free KV blocks: all but those the running requests hold (each block once,
         though ``held`` counts a shared prefix's in every request holding it) and those held
@@ -491,7 +544,8 @@ class _VllmV1(_Sim):
             ctx = run.computed + give
             on = give > 0  # (a running request the budget did not reach is not in the step)
             samples = on & (ctx == run.tokens)
-            dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples)) + p.step_overhead_s
+            common = self.common_prefix(run, on, bool((give[on] == 1).all())) if p.cascade else 0
+            dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples), common) + p.step_overhead_s
             self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free)
             self.now += dur
             run.computed = ctx
@@ -666,7 +720,8 @@ class _VllmV1(_Sim):
             return False
         j = np.arange(1, k + 1)
         if k <= first:  # (the same batch throughout)
-            dur = self.steps.decode_steps(n, int(_sum(c)) / n + j) + p.step_overhead_s  # (the mean, exactly)
+            common = self.common_prefix(run, None, True) if p.cascade else 0
+            dur = self.steps.decode_steps(n, int(_sum(c)) / n + j, common) + p.step_overhead_s  # (the mean, exactly)
             parts = [(dur, n)]  # (a run of steps with its batch size)
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
             order = np.argsort(left, kind="stable")
@@ -676,7 +731,8 @@ class _VllmV1(_Sim):
             for r in range(n):
                 b = min(ranked[r], k)
                 if b > a:
-                    d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b]) + p.step_overhead_s
+                    common = self.common_prefix(run, None, True, order[r:]) if p.cascade else 0
+                    d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b], common) + p.step_overhead_s
                     parts.append((d, n - r))
                     at += float(d.sum())
                     a = b
@@ -888,7 +944,8 @@ class _VllmV1Pipeline(_VllmV1):
         ctx = run.computed + give
         on = give > 0
         samples = on & (ctx == run.tokens)
-        stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], _count(samples))
+        common = self.common_prefix(run, on, bool((give[on] == 1).all())) if p.cascade else 0
+        stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], _count(samples), common)
         run.computed = ctx
         t = self.now + p.step_overhead_s  # (the host forms the batch, then the first stage takes it when free)
         self.now = t

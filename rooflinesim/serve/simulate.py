@@ -125,6 +125,28 @@ SGLANG_EAGER_PREFILL_SOURCE = (
     "DeepSeek-V3's, any other as Llama's")
 
 
+# GPUs on which vLLM's default attention backend is FlashAttention, the one that runs cascade
+# attention (vllm/platforms/cuda.py; Blackwell's is FlashInfer, ROCm's its own)
+CASCADE_ARCHITECTURES = ("ampere", "ada", "hopper")
+
+
+def cascade_rule(engine: str, model, spec, d: Deployment, disabled: bool) -> tuple | None:
+    """Where vLLM may run cascade attention (``engine.cascade_prefix``), the constants of its
+    choice: (query heads, KV heads of a GPU, its SMs); None where it never does: another
+    engine, --disable-cascade-attn (vLLM's flag), MLA (its backends have none), a sliding
+    window, or an attention backend other than FlashAttention."""
+    from ..attention_kernels import resolve
+    from ..models.deploy import shard
+
+    if engine != "vllm" or disabled or model.is_mla or model.sliding_window or d.kernels == "hf":
+        return None
+    if spec.architecture not in CASCADE_ARCHITECTURES or resolve(d.attention, None, spec).variant not in (
+            "fa3", "fa2"):
+        return None
+    sh = shard(model, d)
+    return int(sh.heads), int(sh.kv_heads), int(spec.chip.sm_count)
+
+
 def check_eager_prefill(eager_prefill: bool, engine: str) -> None:
     """--eager-prefill is SGLang's (serve and plan say so alike)."""
     if eager_prefill and engine != "sglang":
@@ -220,6 +242,7 @@ class ServeResult:
                 "request_overhead_source": ("given (--request-overhead)" if "request" in self.given
                                             else ENGINES[e.name].request_overhead_source),
                 "overlap_schedule": e.overlap, "prefix_caching": e.prefix_caching,
+                **({"cascade_attention": e.cascade is not None} if e.name == "vllm" else {}),
                 **({"eager_prefill": True, "eager_prefill_host_s": self.eager_prefill_host_s,
                     "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if self.eager_prefill_host_s else {}),
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
@@ -264,7 +287,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
           capacity_policy: str | None = None, chunked_context: bool | None = None,
           request_overhead_s: float | None = None, eager_prefill: bool = False,
-          max_model_len: int | str | None = None, prefix_caching: bool | None = None) -> ServeResult:
+          max_model_len: int | str | None = None, prefix_caching: bool | None = None,
+          disable_cascade_attn: bool = False) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -285,7 +309,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     longest its KV cache holds, up to that); a request past it is refused in one sentence,
     as vLLM's start where its KV cache cannot hold one that long. ``prefix_caching``: whether
     a prompt's shared prefix (``Requests.prefix_id``), once computed, is reused (None: the
-    engine's default: on for vllm and sglang)."""
+    engine's default: on for vllm and sglang). ``disable_cascade_attn``: vLLM's flag, its
+    cascade attention over a prefix every running request shares off (``cascade_rule``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     prefix_caching = prefix_caching_of(engine, prefix_caching)
@@ -302,6 +327,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
         raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
                         f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
     check_eager_prefill(eager_prefill, engine)
+    if disable_cascade_attn and engine != "vllm":
+        raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
@@ -312,7 +339,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          concurrency=concurrency, slo_ms=slo_ms,
                          interval_samples=interval_samples, seed=seed, progress=progress,
                          request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
-                         max_model_len=limit, fit_max_model_len=fit_limit, prefix_caching=prefix_caching),
+                         max_model_len=limit, fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
+                         disable_cascade_attn=disable_cascade_attn),
                        given=given,
                        eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
@@ -329,7 +357,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    overlap_schedule=overlap_schedule, capacity_policy=capacity_policy,
                                    chunked_context=chunked_context, request_overhead_s=request_overhead_s,
                                    eager_prefill=eager_prefill, max_model_len=limit,
-                                   fit_max_model_len=fit_limit, prefix_caching=prefix_caching)
+                                   fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
+                                   disable_cascade_attn=disable_cascade_attn)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -343,7 +372,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
-             eager_prefill=False, max_model_len=None, fit_max_model_len=False, prefix_caching=False) -> tuple:
+             eager_prefill=False, max_model_len=None, fit_max_model_len=False, prefix_caching=False,
+             disable_cascade_attn=False) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
     and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
@@ -389,7 +419,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
                      prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
-                     max_model_len=max_model_len, prefix_caching=bool(prefix_caching))
+                     max_model_len=max_model_len, prefix_caching=bool(prefix_caching),
+                     cascade=cascade_rule(engine, model, spec, d, disable_cascade_attn) if prefix_caching else None)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
@@ -430,7 +461,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
               progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
-              fit_max_model_len=False, prefix_caching=False) -> ServeResult:
+              fit_max_model_len=False, prefix_caching=False, disable_cascade_attn=False) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -463,7 +494,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                 overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager,
                                 max_model_len=max_model_len, fit_max_model_len=fit_max_model_len,
-                                prefix_caching=prefix_caching)
+                                prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools

@@ -172,17 +172,18 @@ class StepTimes:
         out._combine(np.array([float(multipliers.get(f, 1.0)) for f in self.families]))
         return out
 
-    def step_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int) -> float:
+    def step_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int,
+                common: int = 0) -> float:
         """``step_s`` of a step given per scheduled sequence: its new ``tokens``, its
         ``context`` after them, and whether it is a ``decode`` (the rest are prefill chunks,
-        their context weighted by their tokens)."""
+        their context weighted by their tokens); ``common``: ``step_s``'s."""
         n_dec = int(np.count_nonzero(decode))
         chunk = ~decode
         chunk_tokens = int(tokens[chunk].sum())
         return self.step_s(n_dec, float(context[decode].sum()) / n_dec if n_dec else 0.0,
                            int(np.count_nonzero(chunk)), chunk_tokens,
                            float((tokens[chunk] * context[chunk]).sum()) / chunk_tokens if chunk_tokens else 0.0,
-                           samplers)
+                           samplers, common)
 
     def _decode_row(self, n: int) -> np.ndarray:
         """The decode attention table's log times at ``n`` sequences over the context grid
@@ -202,10 +203,17 @@ class StepTimes:
         interpolation, its first axis taken once per ``n``)."""
         return np.exp(np.interp(np.log(context), self.attention_decode.axes[1], self._decode_row(n)))
 
-    def decode_steps(self, n: int, context: np.ndarray) -> np.ndarray:
+    def decode_steps(self, n: int, context: np.ndarray, common: int = 0) -> np.ndarray:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
-        ``context`` tokens on average (an array: one step each)."""
-        return self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context)
+        ``context`` tokens on average (an array: one step each); ``common``: ``step_s``'s."""
+        t = self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context - common)
+        return t + self.prefix_attention(n, common) if common else t
+
+    def prefix_attention(self, tokens: int, common: int) -> float:
+        """Cascade attention's first kernel: the step's ``tokens`` queries, as one sequence,
+        over the ``common`` prefix every sequence shares, without a causal mask (priced as a
+        chunk over a context that gives as many query-key pairs: ``common`` + (tokens - 1) / 2)."""
+        return self.attention_prefill(1, tokens, max(common + (tokens - 1) / 2, tokens))
 
     def static_batch(self, batch: int, prompt: int, output: int) -> tuple[float, np.ndarray]:
         """A static batch, priced as ``predict_model`` prices it: its prompts' prefill
@@ -240,25 +248,31 @@ class StepTimes:
     def _price(self, phases):
         return price_phases(self.model, self.spec, self.profile, self.d, phases)
 
-    def stage_s_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int) -> list:
+    def stage_s_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int,
+                   common: int = 0) -> list:
         """Each pipeline stage's time in a step (``step_of``'s arguments)."""
-        return [t.step_of(tokens, context, decode, samplers) for t in self.stage_tables]
+        return [t.step_of(tokens, context, decode, samplers, common) for t in self.stage_tables]
 
     def step_s(self, decode_n: int, decode_context: float, chunk_n: int = 0, chunk_tokens: int = 0,
-               chunk_context: float = 0.0, samplers: int = 0) -> float:
+               chunk_context: float = 0.0, samplers: int = 0, common: int = 0) -> float:
         """One step: ``decode_n`` decode tokens whose sequences hold ``decode_context``
         tokens on average (this step's included); ``chunk_n`` prefill chunks of
         ``chunk_tokens`` new tokens in all, attending on average (weighted by their tokens)
         to ``chunk_context`` tokens; ``samplers`` sequences that sample a token. The
         varlen attention of each part is priced as one kernel over sequences of its mean
-        lengths."""
+        lengths. ``common``: cascade attention over a prefix of that many tokens every
+        sequence shares (vLLM's FlashAttention backend): its queries attend to it once for
+        all (``prefix_attention``), each sequence's attention covers the rest of its context
+        (the kernel that merges the two outputs is not priced)."""
         tokens = decode_n + chunk_tokens
         if tokens > self.max_tokens:
             raise ValueError(f"a step of {tokens} tokens is past the table's {self.max_tokens}")
         t = (self.dense_prefill[tokens] if chunk_n else self.dense_decode[decode_n]) + self.logits[samplers]
         if decode_n:
-            t += float(self.decode_attention(decode_n, decode_context))
+            t += float(self.decode_attention(decode_n, decode_context - common))
         if chunk_n:
             q = chunk_tokens / chunk_n
-            t += self.attention_prefill(chunk_n, q, max(chunk_context, q))
+            t += self.attention_prefill(chunk_n, q, max(chunk_context - common, q))
+        if common:
+            t += self.prefix_attention(tokens, common)
         return t
