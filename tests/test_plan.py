@@ -165,6 +165,8 @@ def _bound_of(model, gpu, tp, workload, engine="vllm", rate=1.0, pp=1):
     ("vllm", "llama-3.1-8b", "h100-sxm", 1, 1, (1024, 128)),
     ("vllm", "llama-3.1-8b", "h200-sxm", 1, 1, (256, 128, 3000)),  # (3,000 shared-prefix tokens)
     ("sglang", "llama-3.1-8b", "h200-sxm", 1, 1, (256, 64, 3000)),
+    # (300 requests on one 6,000-token prefix, held once and attended to once a step)
+    ("vllm", "llama-3.1-8b", "h200-sxm", 1, 1, (256, 256, 6000, 300, 1)),
     ("vllm", "llama-3-70b", "h200-sxm", 2, 1, (256, 512)),
     ("vllm", "llama-3-70b", "h100-sxm", 2, 2, (1024, 256)),
     ("sglang", "llama-3.1-8b", "a100-sxm4-80gb", 1, 1, (3000, 64)),
@@ -180,7 +182,8 @@ def test_the_analytic_bounds_hold_against_simulated_runs(engine, model, gpu, tp,
 
     w = {"dataset": "random", "input_len": lengths[0], "output_len": lengths[1], "range_ratio": 0.5,
          "burstiness": 1.0, "num_prompts": 40, "seed": 3,
-         **({"prefix_len": lengths[2], "num_prefixes": 2} if len(lengths) > 2 else {})}
+         **({"prefix_len": lengths[2], "num_prefixes": 2} if len(lengths) > 2 else {}),
+         **({"num_prompts": lengths[3], "num_prefixes": lengths[4]} if len(lengths) > 3 else {})}
     c, job, b = _bound_of(model, gpu, tp, w, engine, pp=pp)
     assert b["error"] is None
     checked = 0

@@ -19,7 +19,12 @@ FCFS, chunked prefill always on:
     tokens this one samples standing in as placeholders (``AsyncScheduler``; the batch
     queue of ``EngineCore.step_with_batch_queue``), so a request that arrives while a step
     runs is first scheduled in the step after the next, as under SGLang's overlap
-    scheduler (below).
+    scheduler (below);
+  * cascade attention (its FlashAttention backend, ``EngineParams.cascade``): where every
+    running request holds the same prefix (the whole blocks whose reference count is the
+    running requests'), no longer than the scheduled ones have computed, and
+    ``cascade_prefix`` takes it, the step's attention reads that prefix once for all of its
+    queries and each sequence's own part (``StepTimes.step_s``).
 ``sglang``: SGLang's scheduler (python/sglang/srt/managers/scheduler.py, schedule_policy.py,
 schedule_batch.py), FCFS, mixed chunks off (its default):
   * a step is a prefill batch whenever one can be formed, else a decode step of every

@@ -207,8 +207,9 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
     rejection with its reason; with the bounds (``ceiling`` in requests/s, ``lower``: the
     lower bounds of the P99s in ms; ``front``: each request's seconds through the server's
     front end, in its TTFT and end-to-end latency; ``fresh``: the prompt tokens each request
-    computes, where a prefix cache may hold the rest; default all)."""
-    held_prompt, prompt = prompt, (prompt if fresh is None else fresh)
+    computes, where a prefix cache may hold the rest (and the least KV it holds: the prefix's
+    blocks are held once for the requests that share it); default all)."""
+    prompt = prompt if fresh is None else fresh
     budget = min(tokens, st.max_tokens)
     # the shortest a step of t tokens can take (any t' >= t: the tables need not be monotone)
     dense = np.minimum(st.dense_prefill[1:budget + 1], np.concatenate([
@@ -227,10 +228,10 @@ def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float,
                     "reason": f"even alone, {key} is at least {lower[key]:.4g} ms (SLO {limit:.4g})"}
     later = np.maximum(output - 1, 0)
     work = float(prompt.sum() + later.sum())
-    concurrent = max(1, min(seqs, budget, int(kv // (held_prompt.min() + 1))))
+    concurrent = max(1, min(seqs, budget, int(kv // (prompt.min() + 1))))
     # (a request holds at least prompt + j tokens of KV through its j-th decode step, which takes
     # at least the shortest sampling step, and the cache holds kv tokens at a time)
-    held = float((held_prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
+    held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
     # (on pp stages up to pp batches are in flight, and a stage takes at least 1 / pp of a pass)
     stages = st.d.pp
     decoding = max(float(later.sum()) / concurrent * sampling / stages, held)
