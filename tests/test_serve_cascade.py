@@ -112,3 +112,9 @@ def test_the_cli_reports_it_and_turns_it_off_as_vllm_does():
     assert code == 0 and json.loads(out)["cascade_attention"] is False
     code, out, err = run_cli(args + ["--engine", "sglang", "--disable-cascade-attn"])
     assert code == 2 and "vLLM's" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_plan_takes_the_flag_as_serve_does():
+    code, _, err = run_cli(["plan", "--model", "llama-3.1-8b", "--rate", "2", "--slo-ttft-p99", "2s",
+                            "--engine", "sglang", "--disable-cascade-attn"])
+    assert code == 2 and "vLLM's" in err and err.count("\n") == 1 and "Traceback" not in err
