@@ -235,6 +235,7 @@ class _Sim:
         self.group_tokens = np.where(self.group >= 0, reqs.prefix_tokens.reshape(n, -1), np.iinfo(np.int64).max) \
             if on else None
         self.marked = np.zeros(n, dtype=np.int64) if on else None  # levels each running request holds
+        self.cascading = on and p.cascade is not None  # (vllm: cascade attention over a prefix all hold)
         # the cached prefixes, (level, id): how many running requests hold each, and for those
         # none holds, the count of blocks allocated at which the cache loses it (see the notes)
         self.holders: dict = {}
@@ -549,7 +550,7 @@ class _VllmV1(_Sim):
             ctx = run.computed + give
             on = give > 0  # (a running request the budget did not reach is not in the step)
             samples = on & (ctx == run.tokens)
-            common = self.common_prefix(run, on, bool((give[on] == 1).all())) if p.cascade else 0
+            common = self.common_prefix(run, on, bool((give[on] == 1).all())) if self.cascading else 0
             dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples), common) + p.step_overhead_s
             self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free)
             self.now += dur
@@ -725,7 +726,7 @@ class _VllmV1(_Sim):
             return False
         j = np.arange(1, k + 1)
         if k <= first:  # (the same batch throughout)
-            common = self.common_prefix(run, None, True) if p.cascade else 0
+            common = self.common_prefix(run, None, True) if self.cascading else 0
             dur = self.steps.decode_steps(n, int(_sum(c)) / n + j, common) + p.step_overhead_s  # (the mean, exactly)
             parts = [(dur, n)]  # (a run of steps with its batch size)
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
@@ -736,7 +737,7 @@ class _VllmV1(_Sim):
             for r in range(n):
                 b = min(ranked[r], k)
                 if b > a:
-                    common = self.common_prefix(run, None, True, order[r:]) if p.cascade else 0
+                    common = self.common_prefix(run, None, True, order[r:]) if self.cascading else 0
                     d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b], common) + p.step_overhead_s
                     parts.append((d, n - r))
                     at += float(d.sum())
@@ -949,7 +950,7 @@ class _VllmV1Pipeline(_VllmV1):
         ctx = run.computed + give
         on = give > 0
         samples = on & (ctx == run.tokens)
-        common = self.common_prefix(run, on, bool((give[on] == 1).all())) if p.cascade else 0
+        common = self.common_prefix(run, on, bool((give[on] == 1).all())) if self.cascading else 0
         stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], _count(samples), common)
         run.computed = ctx
         t = self.now + p.step_overhead_s  # (the host forms the batch, then the first stage takes it when free)
