@@ -50,32 +50,30 @@ def _measure(backend, n: int, L: int, reps: int) -> dict:
     from torch.nn.attention import sdpa_kernel
 
     dev, dt = "cuda", torch.bfloat16
-    q = [torch.randn(n, HEADS, 1, HEAD_DIM, device=dev, dtype=dt) for _ in range(ROTATE)]
+    group = HEADS // KV_HEADS  # (a KV head's queries as that many query rows, unmasked, as FlashDecoding packs GQA)
+    q = [torch.randn(n, KV_HEADS, group, HEAD_DIM, device=dev, dtype=dt) for _ in range(ROTATE)]
     base = [(torch.randn(1, KV_HEADS, L, HEAD_DIM, device=dev, dtype=dt),
              torch.randn(1, KV_HEADS, L, HEAD_DIM, device=dev, dtype=dt)) for _ in range(ROTATE)]
     shared = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in base]
     own = [(torch.randn(n, KV_HEADS, L, HEAD_DIM, device=dev, dtype=dt),
             torch.randn(n, KV_HEADS, L, HEAD_DIM, device=dev, dtype=dt)) for _ in range(2)]
-    qs = [x.transpose(0, 2) for x in q]  # (cascade's prefix kernel: the n queries as one sequence)
+    qs = [x.transpose(0, 1).reshape(1, KV_HEADS, n * group, HEAD_DIM) for x in q]  # (cascade's: one sequence)
     row = {"backend": backend.name, "n": n, "context": L,
            "hbm_floor_own_s": n * 2 * KV_HEADS * L * HEAD_DIM * 2 / 4.8e12}  # (each sequence's KV once)
     try:
+        # correct first: the shared view against its copy, on the first 8 sequences (float64 on the GPU)
+        k, v = shared[0]
+        ref = F.scaled_dot_product_attention(q[0][:8].double(), k[:8].double(), v[:8].double())
         with sdpa_kernel(backend):
-            # correct first: the shared view against its copy, on the first 8 sequences
-            k, v = shared[0]
-            got = F.scaled_dot_product_attention(q[0], k, v, enable_gqa=True)[:8]
-            ref = F.scaled_dot_product_attention(q[0][:8].float(), k[:8].contiguous().float(),
-                                                 v[:8].contiguous().float(), enable_gqa=True)
-            err = float((got.float() - ref).norm() / ref.norm())
+            got = F.scaled_dot_product_attention(q[0], k, v)[:8]
+            err = float((got.double() - ref).norm() / ref.norm())
             if not err < 1e-2:
                 raise RuntimeError(f"shared-prefix output off by {err:.2e}")
             row["check_rel_err"] = err
-            row["shared_s"] = _time(lambda i: F.scaled_dot_product_attention(
-                q[i % ROTATE], *shared[i % ROTATE], enable_gqa=True), reps)
-            row["own_s"] = _time(lambda i: F.scaled_dot_product_attention(
-                q[i % ROTATE], *own[i % 2], enable_gqa=True), reps)
-            row["cascade_prefix_s"] = _time(lambda i: F.scaled_dot_product_attention(
-                qs[i % ROTATE], *base[i % ROTATE], enable_gqa=True), reps)
+            row["shared_s"] = _time(lambda i: F.scaled_dot_product_attention(q[i % ROTATE], *shared[i % ROTATE]), reps)
+            row["own_s"] = _time(lambda i: F.scaled_dot_product_attention(q[i % ROTATE], *own[i % 2]), reps)
+            row["cascade_prefix_s"] = _time(lambda i: F.scaled_dot_product_attention(qs[i % ROTATE],
+                                                                                    *base[i % ROTATE]), reps)
     except RuntimeError as e:
         row["error"] = str(e).splitlines()[0][:200]
     return row
