@@ -316,13 +316,18 @@ class _Sim:
         bs, t = self.p.block_size, self.group_tokens[i]
         return int(t[level]) // bs - (int(t[level - 1]) // bs if level else 0)
 
+    @staticmethod
+    def _counted_twice(holders: int, sharers: int) -> int:
+        """Of a prefix's copies counted by its ``holders``, ``sharers`` of them sharing
+        another's blocks, how many the cache does not hold: each sharer's, but one where none
+        holds blocks of its own (those that computed it left)."""
+        return max(0, min(sharers, holders - 1))
+
     def _hold(self, key, blocks: int, holders: int, sharers: int) -> None:
         """A prefix of ``blocks`` blocks now has ``holders`` running requests holding it,
-        ``sharers`` of them sharing another's blocks: the blocks counted more than once
-        follow (each sharer's, but one where none holds blocks of its own: those that
-        computed it left)."""
-        old = max(0, min(self.sharers.get(key, 0), self.holders.get(key, 0) - 1))
-        self.dup += (max(0, min(sharers, holders - 1)) - old) * blocks
+        ``sharers`` of them sharing another's blocks: the blocks counted more than once follow."""
+        old = self._counted_twice(self.holders.get(key, 0), self.sharers.get(key, 0))
+        self.dup += (self._counted_twice(holders, sharers) - old) * blocks
         if holders:
             self.holders[key] = holders
         else:
@@ -364,32 +369,38 @@ class _Sim:
             self.parked[key] = allocated + free - -(-prefix // bs)
         return kept
 
-    def _let_go(self, ids) -> tuple:
-        """Requests ``ids`` no longer hold their prefixes: (how many of their blocks others
-        still hold, the prefixes none holds now with their tokens)."""
-        before, holders, sharers, unheld = self.dup, self.holders, self.sharers, []
+    def _after_leaving(self, ids) -> tuple:
+        """Were requests ``ids`` to leave now, one after another: each prefix level they hold
+        as (the prefix, the leaving request's blocks of it, the holders and sharers left), in
+        that order; how many of their blocks others would still hold; and the prefixes none
+        would hold, with the tokens of the request that held each last (nothing changed)."""
+        holders, sharers, left, updates, kept, unheld = self.holders, self.sharers, {}, [], 0, []
         for i in np.atleast_1d(ids).tolist():
             for level in range(int(self.marked[i])):
                 key = (level, int(self.group[i, level]))
-                rest = holders[key] - 1
-                self._hold(key, self._level_blocks(i, level), rest,
-                           sharers.get(key, 0) - (level < self.borrowed[i]))
-                if not rest:
+                h, s = left.get(key) or (holders[key], sharers.get(key, 0))
+                blocks, after = self._level_blocks(i, level), (h - 1, s - int(level < self.borrowed[i]))
+                kept += (self._counted_twice(h, s) - self._counted_twice(*after)) * blocks
+                left[key] = after
+                updates.append((key, blocks, *after))
+                if not after[0]:
                     unheld.append((key, int(self.group_tokens[i, level])))
-            self.marked[i] = self.borrowed[i] = 0
-        return before - self.dup, unheld
+        return updates, kept, unheld
+
+    def _let_go(self, ids) -> tuple:
+        """Requests ``ids`` no longer hold their prefixes: (how many of their blocks others
+        still hold, the prefixes none holds now with their tokens)."""
+        updates, kept, unheld = self._after_leaving(ids)
+        for key, blocks, h, s in updates:
+            self._hold(key, blocks, h, s)
+        ids = np.atleast_1d(ids)
+        self.marked[ids] = self.borrowed[ids] = 0
+        return kept, unheld
 
     def kept_if_left(self, ids) -> int:
         """How many of requests ``ids``' blocks others would still hold were they to leave
         now (nothing changed)."""
-        if not self.dup:
-            return 0
-        ids = np.atleast_1d(ids)
-        saved = dict(self.holders), dict(self.sharers), self.dup, self.marked[ids].copy(), self.borrowed[ids].copy()
-        kept, _ = self._let_go(ids)
-        self.holders, self.sharers, self.dup = saved[:3]
-        self.marked[ids], self.borrowed[ids] = saved[3], saved[4]
-        return kept
+        return self._after_leaving(ids)[1] if self.dup else 0
 
     def due(self) -> float:
         """When the next request reaches the engine: sent, and through the server's front end
@@ -486,9 +497,8 @@ class _VllmV1(_Sim):
         the running requests'; ``rows``: those of these rows, the others gone), no more than
         the scheduled requests (``on``; None: all) have computed, as vLLM's runner cuts it
         (_compute_cascade_attn_prefix_len), where ``cascade_prefix`` takes it."""
-        rule = self.p.cascade
-        n = run.size if rows is None else len(rows)
-        if rule is None or self.group is None or n < CASCADE_MIN_REQUESTS:
+        n = run.size if rows is None else len(rows)  # (called where self.cascading)
+        if n < CASCADE_MIN_REQUESTS:
             return 0
         first = int(run.id[0 if rows is None else rows[0]])
         ids, level = self.group[first], 0
@@ -505,7 +515,7 @@ class _VllmV1(_Sim):
         bs = self.p.block_size
         computed = run.computed[rows] if rows is not None else run.computed if on is None else run.computed[on]
         common = min(int(self.group_tokens[first, level - 1]) // bs, int(computed.min()) // bs) * bs
-        return cascade_prefix(common, int(computed.size), decodes_only, rule)
+        return cascade_prefix(common, int(computed.size), decodes_only, self.p.cascade)
 
     def free_blocks(self, run: _Running) -> int:
         """The free KV blocks: all but those the running requests hold (each block once,
