@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 ROTATE = 4  # prefixes (or KV sets) cycled between runs
@@ -98,6 +99,7 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     with open(args.out, "w") as f:
         json.dump({"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "dtype": "bf16",
                    "rotate": ROTATE, "reps": args.reps, "rows": rows}, f, indent=1)
     print(f"{'backend':<22} {'n':>5} {'own us':>9} {'shared us':>10} {'cascade us':>11} {'floor us':>9}")
