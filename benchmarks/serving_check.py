@@ -10,7 +10,8 @@ sglang, at the defaults the source left in place), model, GPU, tensor parallelis
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
 where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
 scheduler (``overlap_schedule``); SGLang 0.3 and 0.4 with their prefill batches run
-without CUDA graphs (``eager_prefill``). ShareGPT points draw from the shipped
+without CUDA graphs (``eager_prefill``) and decode batches past 160 without them
+(``cuda_graph_max_bs``). ShareGPT points draw from the shipped
 ShareGPT shape (``--dataset sharegpt``); inference-perf's shared_prefix points are re-created
 as its client sent them (``shared_prefix_requests``), with vLLM's prefix cache on as their
 servers ran it, and the limits a point states (``max_num_batched_tokens``, ``max_num_seqs``)
@@ -136,6 +137,7 @@ def simulate(point: dict, samples: int):
                  engine=point["engine"], interval_samples=samples, seed=SEED, concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
                  overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
+                 cuda_graph_max_bs=cuda_graph_max_bs(point),
                  max_model_len=point.get("max_model_len"), **limits, **pair)
 
 
@@ -237,6 +239,20 @@ def eager_prefill(point: dict) -> bool:
     if "eager_prefill" in point:
         return bool(point["eager_prefill"])
     return point["engine"] == "sglang" and _version(point) < (0, 5)
+
+
+def cuda_graph_max_bs(point: dict) -> int | None:
+    """SGLang's largest decode batch from a CUDA graph on the point's server: as its launch line
+    or the point states it, else 160 for releases before 0.5 (their default on GPUs of 25 GB and
+    more until PR 10372 raised it, 2025-09-12), else the engine's default (None)."""
+    if point["engine"] != "sglang":
+        return None
+    if "cuda_graph_max_bs" in point:
+        return int(point["cuda_graph_max_bs"])
+    words = point.get("server", "").replace("=", " ").split()
+    if "--cuda-graph-max-bs" in words:
+        return int(words[words.index("--cuda-graph-max-bs") + 1])
+    return 160 if _version(point) < (0, 5) else None
 
 
 def _run(point: dict, samples: int) -> tuple:

@@ -351,6 +351,21 @@ def test_a_front_end_delay_counts_in_the_plans_ttft():
     assert all(r["rejected"] == "TTFT" and "even alone" in r["reason"] for r in none["rejected"])
 
 
+def test_sglangs_decode_graph_ceiling_is_planned_as_serve_runs_it():
+    """plan --cuda-graph-max-bs runs SGLang's decode batches past it without CUDA graphs, as
+    serve does (never a shorter P99 TPOT than with every batch captured), says so, and is
+    refused for other engines."""
+    kw = dict(gpus=["h100-sxm"], engine="sglang", samples=0, max_gpus=1)
+    graphs, eager = _plan(cuda_graph_max_bs=4096, **kw), _plan(cuda_graph_max_bs=0, **kw)
+    assert (graphs["cuda_graph_max_bs"], eager["cuda_graph_max_bs"]) == (4096, 0)
+    assert "cuda_graph_max_bs" not in _plan(gpus=["h100-sxm"], samples=0, max_gpus=1)
+    best = [min((r for r in out["feasible"] + out["rejected"] if r.get("metrics")),
+                key=lambda r: r["cost_per_hour"]) for out in (graphs, eager)]
+    assert best[1]["metrics"]["p99_tpot_ms"] > best[0]["metrics"]["p99_tpot_ms"]
+    with pytest.raises(UserError, match="--engine sglang"):
+        _plan(gpus=["h100-sxm"], cuda_graph_max_bs=8)
+
+
 def test_sglangs_eager_prefill_is_planned_as_serve_runs_it():
     """plan --eager-prefill simulates SGLang's prefill batches without CUDA graphs, as serve
     does (never a shorter P99 TTFT than with them), says so, and is refused for other engines."""

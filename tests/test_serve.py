@@ -202,14 +202,14 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
     host's measured time for a forward pass without a CUDA graph: a short prompt waits for
     the host (0.218 ms a Llama layer), a long one for the GPU; decode steps stay captured."""
     from rooflinesim.eager import joined
-    from rooflinesim.serve.simulate import SGLANG_EAGER_PREFILL_HOST_S, eager_prefill_host_s
+    from rooflinesim.serve.simulate import SGLANG_EAGER_HOST_S, eager_pass_host_s
 
-    assert eager_prefill_host_s(LLAMA, Deployment()) == pytest.approx(
-        LLAMA.num_layers * SGLANG_EAGER_PREFILL_HOST_S["dense"])
+    assert eager_pass_host_s(LLAMA, Deployment()) == pytest.approx(
+        LLAMA.num_layers * SGLANG_EAGER_HOST_S["dense"])
     dsv3 = load_config("deepseek-v3")
-    assert eager_prefill_host_s(dsv3, Deployment(pp=2)) == pytest.approx(
-        dsv3.num_layers * SGLANG_EAGER_PREFILL_HOST_S["mla_or_moe"] / 2)
-    host = eager_prefill_host_s(LLAMA, Deployment())
+    assert eager_pass_host_s(dsv3, Deployment(pp=2)) == pytest.approx(
+        dsv3.num_layers * SGLANG_EAGER_HOST_S["mla_or_moe"] / 2)
+    host = eager_pass_host_s(LLAMA, Deployment())
     for prompt in (16, 8000):
         lone = Requests(np.array([0.0]), np.array([prompt]), np.array([50]))
         runs = [serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", request_overhead_s=0.0,
@@ -235,6 +235,51 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
                   engine="sglang", pd=(1, 1), request_overhead_s=0.0, eager_prefill=e) for e in (False, True)]
     assert pair[1].as_dict()["eager_prefill_host_s"] == pytest.approx(host)
     assert pair[1].metrics["median_ttft_ms"] > pair[0].metrics["median_ttft_ms"] + 0.5 * (host - short_gpu) * 1e3
+
+
+def test_sglangs_default_decode_graphs_follow_its_gpu_memory_tiers():
+    """SGLang's default --cuda-graph-max-bs by GPU memory and TP (server_args.py since PR 10372)."""
+    from rooflinesim.serve.simulate import sglang_cuda_graph_max_bs
+
+    for gpu, tp, want in (("h200", 1, 256), ("h200", 4, 512), ("h100", 2, 256), ("a100", 8, 512),
+                          ("a100-40gb", 1, 32), ("a100-40gb", 4, 160), ("l4", 1, 24), ("l4", 4, 80),
+                          ("b200", 1, 512), ("mi300x", 8, 512)):
+        assert sglang_cuda_graph_max_bs(load_spec(gpu), tp) == want, (gpu, tp)
+
+
+def test_sglangs_decode_past_its_largest_cuda_graph_is_paced_by_the_host():
+    """A decode batch of more requests than SGLang captured in CUDA graphs runs without one:
+    it takes the corner of its GPU time and the host's for a pass (as --eager-prefill prices
+    a prefill batch); a batch within the graphs is priced as before, and a ceiling above
+    every batch changes nothing."""
+    from rooflinesim.serve.simulate import eager_pass_host_s
+
+    host = eager_pass_host_s(LLAMA, Deployment())
+    reqs = Requests(np.zeros(96), np.full(96, 32), np.arange(96) % 60 + 4)
+    runs = {c: serve(LLAMA, H200, FITTED, Deployment(), reqs, engine="sglang", request_overhead_s=0.0,
+                     concurrency=24, cuda_graph_max_bs=c) for c in (8, 4096, None)}
+    steps = runs[8].served.steps
+    seqs, tokens, dur = (np.asarray(steps[k]) for k in ("sequences", "tokens", "duration_s"))
+    decode = tokens == seqs
+    assert (decode & (seqs > 8)).sum() > 50 and (decode & (seqs <= 8)).sum() > 0
+    assert np.all(dur[decode & (seqs > 8)] >= host * (1 - 1e-12))
+    assert np.all(dur[decode & (seqs <= 8)] < host)  # (an 8B decode step on an H200 is shorter than the host's)
+    assert runs[8].metrics["median_tpot_ms"] > runs[4096].metrics["median_tpot_ms"] + 1.0
+    for key in ("median_tpot_ms", "p99_ttft_ms", "output_throughput"):  # (256 captured by default: 24 fit)
+        assert runs[None].metrics[key] == pytest.approx(runs[4096].metrics[key], rel=1e-12)
+    given, default = runs[8].as_dict(), runs[None].as_dict()
+    assert given["cuda_graph_max_bs"] == 8 and given["cuda_graph_max_bs_source"] == "given (--cuda-graph-max-bs)"
+    assert given["eager_decode_host_s"] == pytest.approx(host)
+    assert default["cuda_graph_max_bs"] == 256 and "PR 10372" in default["cuda_graph_max_bs_source"]
+    lone = Requests(np.array([0.0]), np.array([16]), np.array([4]))
+    assert "cuda_graph_max_bs" not in serve(LLAMA, H200, FITTED, Deployment(), lone, engine="vllm").as_dict()
+    with pytest.raises(UserError, match="--engine sglang"):
+        serve(LLAMA, H200, FITTED, Deployment(), lone, engine="vllm", cuda_graph_max_bs=8)
+    with pytest.raises(UserError, match="0 .no decode graph. or more"):
+        serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", cuda_graph_max_bs=-1)
+    # (a disaggregated pair: its decode pool runs them so)
+    pair = serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", pd=(1, 1), cuda_graph_max_bs=0)
+    assert pair.as_dict()["cuda_graph_max_bs"] == 0 and pair.engine.decode_host_s == pytest.approx(host)
 
 
 def test_without_its_overlap_scheduler_sglangs_host_time_is_in_every_step():
@@ -440,6 +485,14 @@ def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
     code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--eager-prefill",
                             "--num-prompts", "10"])
     assert code == 2 and "--engine sglang" in err and "Traceback" not in err
+    graphs = _cli("--engine", "sglang", "--cuda-graph-max-bs", "0", "--num-prompts", "10", "--json")
+    assert graphs.exit_code == 0, graphs.output
+    assert json.loads(graphs.output)["cuda_graph_max_bs"] == 0
+    assert "decode batches over 0 without CUDA graphs" in _cli("--engine", "sglang", "--cuda-graph-max-bs", "0",
+                                                              "--num-prompts", "10").output
+    for bad in (["--cuda-graph-max-bs", "8"], ["--engine", "sglang", "--cuda-graph-max-bs", "-1"]):
+        code, _, err = run_cli(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", *bad, "--num-prompts", "10"])
+        assert code == 2 and "--cuda-graph-max-bs" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, says", [

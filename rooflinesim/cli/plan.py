@@ -73,6 +73,9 @@ MAX_RATE = 1e6
 @click.option("--eager-prefill", is_flag=True,
               help="sglang: its prefill batches run without CUDA graphs, as serve --eager-prefill (SGLang before "
                    "its 2026 prefill default).")
+@click.option("--cuda-graph-max-bs", type=click.IntRange(0, 1 << 20), default=None, metavar="N",
+              help="sglang: the largest decode batch run from a CUDA graph, as serve --cuda-graph-max-bs (default: "
+                   "SGLang's for each GPU and TP).")
 @click.option("--disable-cascade-attn", "disable_cascade_attn", is_flag=True,
               help="vLLM's flag: no cascade attention over a prefix every running request shares, as serve "
                    "--disable-cascade-attn.")
@@ -91,7 +94,7 @@ MAX_RATE = 1e6
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
          prefix_len, num_prefixes, num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization,
-         max_model_len, request_overhead, eager_prefill, disable_cascade_attn, jobs,
+         max_model_len, request_overhead, eager_prefill, cuda_graph_max_bs, disable_cascade_attn, jobs,
          ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -146,7 +149,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
                   request_overhead_s=request_overhead, eager_prefill=eager_prefill,
                   max_model_len=None if max_model_len == "auto" else max_model_len,
-                  disable_cascade_attn=disable_cascade_attn)
+                  disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)

@@ -153,6 +153,11 @@ def _goodput(ctx, param, values) -> dict:
                    "became its prefill default (2026, PR 16331): each batch is paced by the slower of its GPU time "
                    "and the host's (1.35 ms a layer for MLA or MoE layers, 0.22 ms for others, as measured on "
                    "SGLang; the source in the JSON).")
+@click.option("--cuda-graph-max-bs", type=click.IntRange(0, 1 << 20), default=None, metavar="N",
+              help="sglang: the largest decode batch run from a CUDA graph (SGLang's flag); a larger one is paced by "
+                   "the slower of its GPU time and the host's for a pass without a graph, as --eager-prefill prices "
+                   "a prefill batch (default: SGLang's for the GPU and TP, e.g. 256, or 512 at TP 4 and more, on "
+                   "H100 and H200; releases before 0.5 used 160; 0: no decode graph).")
 @click.option("--capacity-policy", type=click.Choice(["guaranteed-no-evict", "max-utilization"]), default=None,
               help="trtllm: TensorRT-LLM's capacity scheduler: guaranteed-no-evict (its default) admits a request "
                    "when the KV of its whole prompt and output fits; max-utilization runs every request whose next "
@@ -216,7 +221,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens,
           max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
-          eager_prefill, capacity_policy, chunked_context, num_prompts,
+          eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, prefix_len, num_prefixes,
           prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
@@ -308,7 +313,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
                    chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len,
-                   prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn)
+                   prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
+                   cuda_graph_max_bs=cuda_graph_max_bs)
     search = None
     if max_rate:
         def make(rate):
@@ -403,6 +409,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            + (f", {e.request_overhead_s * 1e3:g} ms front end per request" if e.request_overhead_s else "")
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")
+           + (f", decode batches over {e.eager_decode_above} without CUDA graphs ({e.decode_host_s * 1e3:.3g} ms "
+              f"host time a step at least)" if e.eager_decode_above is not None else "")
            + (f", {e.capacity_policy.replace('_', ' ')} capacity policy"
               + (", chunked context" if e.chunked_context else "") if e.name == "trtllm" else ""),
            f"workload: {load}", ""]

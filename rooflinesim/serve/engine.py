@@ -134,6 +134,10 @@ class EngineParams:
     chunked_context: bool = False  # trtllm: contexts cut to the step's token capacity (FCFS, in blocks)
     request_overhead_s: float = 0.0  # from a client's send to the engine's queue (the server's front end)
     prefill_host_s: float = 0.0  # sglang: the host's time for a prefill batch run without a CUDA graph (0: captured)
+    # sglang: a decode batch of more requests than this runs without a CUDA graph (its
+    # cuda_graph_max_bs), paced by the slower of its GPU time and decode_host_s; None: all captured
+    eager_decode_above: int | None = None
+    decode_host_s: float = 0.0
     max_model_len: int | None = None  # the longest request (prompt + output) the engine accepts (context.py)
     prefix_caching: bool = False  # vllm, sglang: a prompt's shared prefix, once computed, is reused (see _Sim.hit)
     # vllm: (query heads, KV heads of a GPU, the GPU's SMs) where its FlashAttention backend may
@@ -1120,7 +1124,10 @@ class _SGLang(_Sim):
                 used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
             ids = np.array(running)
             ctx = computed[ids] + 1
-            dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running)) + p.step_overhead_s
+            dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running))
+            if p.eager_decode_above is not None and len(running) > p.eager_decode_above:  # (past its graphs)
+                dur = joined(p.decode_host_s, dur, self.steps.profile)
+            dur += p.step_overhead_s
             self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
             self.now += dur
             computed[ids] = ctx

@@ -268,7 +268,8 @@ def _simulate(args) -> dict:
                   kv_tokens=cfg.kv_cache_tokens, interval_samples=samples, seed=job["workload"]["seed"],
                   request_overhead_s=job.get("request_overhead_s", 0.0),
                   eager_prefill=job.get("eager_prefill", False), max_model_len=job.get("max_model_len"),
-                  disable_cascade_attn=job.get("disable_cascade_attn", False), **pair)
+                  disable_cascade_attn=job.get("disable_cascade_attn", False),
+                  cuda_graph_max_bs=job.get("cuda_graph_max_bs"), **pair)
     except UserError as e:
         return {"config": cfg, "rejected": "invalid", "reason": str(e)}
     missed = [k for k, v in slos.items() if r.metrics[k] > v]
@@ -393,7 +394,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
          on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False,
-         max_model_len: int | None = None, disable_cascade_attn: bool = False) -> dict:
+         max_model_len: int | None = None, disable_cascade_attn: bool = False,
+         cuda_graph_max_bs: int | None = None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -405,9 +407,11 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     ``max_model_len``: the longest request each deployment must accept (vLLM: its KV cache
     must hold one to start); None: each takes the model's context, or (vLLM) the longest its
     KV cache holds where that is shorter (the launch flag ``--max-model-len`` reported with it).
-    ``disable_cascade_attn``: vLLM's flag, as serve's."""
+    ``disable_cascade_attn``: vLLM's flag, as serve's. ``cuda_graph_max_bs`` (sglang): its
+    largest decode batch from a CUDA graph, as serve's (None: its default for each GPU and
+    TP; the bounds leave the host out, so they stay below runs past it)."""
     from ..models.config import load_config
-    from .simulate import ENGINES, check_eager_prefill
+    from .simulate import ENGINES, check_cuda_graph_max_bs, check_eager_prefill
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
@@ -415,6 +419,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
     check_eager_prefill(eager_prefill, engine)
+    check_cuda_graph_max_bs(cuda_graph_max_bs, engine)
     if disable_cascade_attn and engine != "vllm":
         raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
     if pd and (engine not in ("vllm", "sglang") or max(pp or (1,)) > 1):
@@ -450,7 +455,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
            "request_overhead_s": float(ENGINES[engine].request_overhead_s if request_overhead_s is None
                                        else request_overhead_s),
            "eager_prefill": bool(eager_prefill), "max_model_len": max_model_len,
-           "disable_cascade_attn": bool(disable_cascade_attn),
+           "disable_cascade_attn": bool(disable_cascade_attn), "cuda_graph_max_bs": cuda_graph_max_bs,
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
@@ -623,6 +628,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             "max_model_len": job.get("max_model_len"),
             "eager_prefill": job.get("eager_prefill", False),
             **({"disable_cascade_attn": job.get("disable_cascade_attn", False)} if job["engine"] == "vllm" else {}),
+            **({"cuda_graph_max_bs": job.get("cuda_graph_max_bs")} if job["engine"] == "sglang" else {}),
             "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
             "settled": dict(sorted(settled.items())), "best": best[0] if best else None,
             "runners_up": best[1:], "pareto": front, "feasible": feasible, "rejected": rejected,

@@ -112,12 +112,12 @@ ENGINES = {
 # caching, on by default in its v1 engine; SGLang's radix cache, on unless --disable-radix-cache);
 # TensorRT-LLM's KV block reuse is not simulated
 PREFIX_CACHES = tuple(name for name, e in ENGINES.items() if e.prefix_caching)
-# SGLang's prefill batches without CUDA graphs (its default until piecewise CUDA graphs
-# became the default for prefill in 2026, PR 16331): the host's time for one forward pass,
-# per decoder layer, which the pass cannot run faster than (eager.joined: the slower of the
-# host and the GPU sets the pace)
-SGLANG_EAGER_PREFILL_HOST_S = {"dense": 2.18e-4, "mla_or_moe": 1.354e-3}
-SGLANG_EAGER_PREFILL_SOURCE = (
+# SGLang's forward passes without a CUDA graph (its prefill batches until piecewise CUDA graphs
+# became the default for prefill in 2026, PR 16331; a decode batch larger than its largest
+# captured graph, always): the host's time for one forward pass, per decoder layer, which the
+# pass cannot run faster than (eager.joined: the slower of the host and the GPU sets the pace)
+SGLANG_EAGER_HOST_S = {"dense": 2.18e-4, "mla_or_moe": 1.354e-3}
+SGLANG_EAGER_SOURCE = (
     "SGLang's forward pass without a CUDA graph, per decoder layer: DeepSeek-V3 (MLA and MoE layers) "
     "82.6 ms for a prefill of one new token against 23.1 ms captured (sgl-project/sglang PR 12160), 1.354 ms "
     "a layer over 61; Llama-3.1-8B 8.23 ms eager against 7.35 ms captured at batch 1 (PR 1401), 0.218 ms a "
@@ -154,16 +154,46 @@ def check_eager_prefill(eager_prefill: bool, engine: str) -> None:
                         f"{engine}'s are not modelled that way")
 
 
-def eager_prefill_host_s(model, d: Deployment) -> float:
-    """The host time of one SGLang prefill forward pass without a CUDA graph through one
-    pipeline stage of ``d`` (``SGLANG_EAGER_PREFILL_HOST_S`` per layer; the layers shared out
-    evenly over the stages)."""
-    per = SGLANG_EAGER_PREFILL_HOST_S
+def check_cuda_graph_max_bs(cuda_graph_max_bs: int | None, engine: str) -> None:
+    """--cuda-graph-max-bs is SGLang's (serve and plan say so alike)."""
+    if cuda_graph_max_bs is not None and engine != "sglang":
+        raise UserError(f"--cuda-graph-max-bs sets SGLang's largest decode batch run from a CUDA graph (--engine "
+                        f"sglang); {engine}'s decode steps are priced as captured")
+    if cuda_graph_max_bs is not None and cuda_graph_max_bs < 0:
+        raise UserError(f"--cuda-graph-max-bs must be 0 (no decode graph) or more, not {cuda_graph_max_bs}")
+
+
+def eager_pass_host_s(model, d: Deployment) -> float:
+    """The host time of one SGLang forward pass without a CUDA graph through one pipeline
+    stage of ``d`` (``SGLANG_EAGER_HOST_S`` per layer; the layers shared out evenly over the
+    stages)."""
+    per = SGLANG_EAGER_HOST_S
     total = sum(per["mla_or_moe"] if (model.is_mla or kind == "moe") else per["dense"] for kind in model.layer_kinds)
     return total / d.pp
 
 
 GIB = 2 ** 30
+# SGLang's decode CUDA graphs: batches up to cuda_graph_max_bs are captured (padded up to the
+# next captured size), a larger one runs without a graph (cuda_graph_runner.py, can_run)
+SGLANG_CUDA_GRAPH_SOURCE = (
+    "SGLang's default --cuda-graph-max-bs by GPU memory and TP (python/sglang/srt/server_args.py since "
+    "sgl-project/sglang PR 10372, 2025-09-12: 8 under 20 GiB; 24, or 80 at TP 4 or more, under 35 GiB; 32 or "
+    "160 under 60 GiB; 256 or 512 under 160 GiB; 512 above; 160 on GPUs of 25 GB and more before it, PR 2360); "
+    "a larger decode batch runs without a graph, its host time per pass as --eager-prefill prices a prefill "
+    "batch's (an absorbing state under load: sgl-project/sglang issue 33483)")
+
+
+def sglang_cuda_graph_max_bs(spec, tp: int) -> int:
+    """SGLang's default largest decode batch captured in a CUDA graph on ``spec`` at ``tp``
+    (``SGLANG_CUDA_GRAPH_SOURCE``)."""
+    gib, few = spec.memory.capacity_bytes / GIB, tp < 4
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 24 if few else 80
+    if gib < 60:
+        return 32 if few else 160
+    return (256 if few else 512) if gib < 160 else 512
 
 
 def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, context_len: int | None = None) -> dict:
@@ -243,8 +273,11 @@ class ServeResult:
                                             else ENGINES[e.name].request_overhead_source),
                 "overlap_schedule": e.overlap, "prefix_caching": e.prefix_caching,
                 **({"cascade_attention": e.cascade is not None} if e.name == "vllm" else {}),
+                **({"cuda_graph_max_bs": e.eager_decode_above, "eager_decode_host_s": e.decode_host_s,
+                    "cuda_graph_max_bs_source": ("given (--cuda-graph-max-bs)" if "graph" in self.given
+                                                 else SGLANG_CUDA_GRAPH_SOURCE)} if e.name == "sglang" else {}),
                 **({"eager_prefill": True, "eager_prefill_host_s": self.eager_prefill_host_s,
-                    "eager_prefill_host_source": SGLANG_EAGER_PREFILL_SOURCE} if self.eager_prefill_host_s else {}),
+                    "eager_prefill_host_source": SGLANG_EAGER_SOURCE} if self.eager_prefill_host_s else {}),
                 **({"capacity_policy": e.capacity_policy, "chunked_context": e.chunked_context}
                    if e.name == "trtllm" else {}),
                 "replicas": self.replicas,
@@ -288,7 +321,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           capacity_policy: str | None = None, chunked_context: bool | None = None,
           request_overhead_s: float | None = None, eager_prefill: bool = False,
           max_model_len: int | str | None = None, prefix_caching: bool | None = None,
-          disable_cascade_attn: bool = False) -> ServeResult:
+          disable_cascade_attn: bool = False, cuda_graph_max_bs: int | None = None) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -310,7 +343,11 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     as vLLM's start where its KV cache cannot hold one that long. ``prefix_caching``: whether
     a prompt's shared prefix (``Requests.prefix_id``), once computed, is reused (None: the
     engine's default: on for vllm and sglang). ``disable_cascade_attn``: vLLM's flag, its
-    cascade attention over a prefix every running request shares off (``cascade_rule``)."""
+    cascade attention over a prefix every running request shares off (``cascade_rule``).
+    ``cuda_graph_max_bs`` (sglang): the largest decode batch run from a CUDA graph, a larger
+    one paced by the slower of its GPU time and the host's for a pass without a graph
+    (None: SGLang's default for the GPU and TP, ``sglang_cuda_graph_max_bs``; 0: none
+    captured, as --disable-cuda-graph runs decode)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     prefix_caching = prefix_caching_of(engine, prefix_caching)
@@ -320,7 +357,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     # (vLLM's limit cut to what its KV cache holds: asked for, or a cache read from a log whose
     # server started at the model's default)
     fit_limit = auto or (kv_tokens is not None and max_model_len is None)
-    given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s)) if v is not None)
+    given = tuple(k for k, v in (("step", step_overhead_s), ("request", request_overhead_s),
+                                 ("graph", cuda_graph_max_bs)) if v is not None)
     if request_overhead_s is None:
         request_overhead_s = ENGINES[engine].request_overhead_s
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
@@ -329,6 +367,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     check_eager_prefill(eager_prefill, engine)
     if disable_cascade_attn and engine != "vllm":
         raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
+    check_cuda_graph_max_bs(cuda_graph_max_bs, engine)
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
@@ -340,9 +379,9 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          interval_samples=interval_samples, seed=seed, progress=progress,
                          request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
                          max_model_len=limit, fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
-                         disable_cascade_attn=disable_cascade_attn),
+                         disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs),
                        given=given,
-                       eager_prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0)
+                       eager_prefill_host_s=eager_pass_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
         raise UserError("--decode-tp, --decode-gpu and the KV link go with --pd (prefill/decode disaggregation)")
     if engine == "hf" and d.kernels != "hf":  # (transformers' kernels, its cache by --eager)
@@ -358,7 +397,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    chunked_context=chunked_context, request_overhead_s=request_overhead_s,
                                    eager_prefill=eager_prefill, max_model_len=limit,
                                    fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
-                                   disable_cascade_attn=disable_cascade_attn)
+                                   disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -373,7 +412,7 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
              max_num_seqs, block_size, gpu_memory_utilization, kv_tokens, step_overhead_s,
              overlap_schedule=None, capacity_policy=None, chunked_context=None, request_overhead_s=0.0,
              eager_prefill=False, max_model_len=None, fit_max_model_len=False, prefix_caching=False,
-             disable_cascade_attn=False) -> tuple:
+             disable_cascade_attn=False, cuda_graph_max_bs=None) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
     and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
@@ -381,7 +420,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     ``max_context``; vLLM's checks at start (a step's token budget holds a token of each
     running request; the KV cache holds one request of ``max_model_len``), which with
     ``fit_max_model_len`` is first cut to the longest the cache holds (vLLM's --max-model-len
-    auto; and a cache read from a server's log is one that started)."""
+    auto; and a cache read from a server's log is one that started); SGLang's largest
+    decode batch from a CUDA graph (``cuda_graph_max_bs``, else its default)."""
     base = engine_limits(engine, model, spec)
     block_size = int(block_size or base["block_size"])
     mnbt = int(max_num_batched_tokens or base["max_num_batched_tokens"])
@@ -414,11 +454,16 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                         f"trtllm; {engine} has none")
     if step_overhead_s is None:  # (the engine's; without the overlap it ships, the host's time in series)
         step_overhead_s = ENGINES[engine].host(overlap)[0]
+    graphs = None
+    if engine == "sglang":
+        graphs = sglang_cuda_graph_max_bs(spec, d.tp) if cuda_graph_max_bs is None else int(cuda_graph_max_bs)
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size, float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
-                     prefill_host_s=eager_prefill_host_s(model, d) if eager_prefill else 0.0,
+                     prefill_host_s=eager_pass_host_s(model, d) if eager_prefill else 0.0,
+                     eager_decode_above=graphs,
+                     decode_host_s=eager_pass_host_s(model, d) if graphs is not None else 0.0,
                      max_model_len=max_model_len, prefix_caching=bool(prefix_caching),
                      cascade=cascade_rule(engine, model, spec, d, disable_cascade_attn) if prefix_caching else None)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
@@ -461,7 +506,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
               engine: str, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_tokens,
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
               progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
-              fit_max_model_len=False, prefix_caching=False, disable_cascade_attn=False) -> ServeResult:
+              fit_max_model_len=False, prefix_caching=False, disable_cascade_attn=False,
+              cuda_graph_max_bs=None) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -494,7 +540,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                                 kv_tokens=kv_tokens, step_overhead_s=step_overhead_s,
                                 overlap_schedule=overlap_schedule, request_overhead_s=front, eager_prefill=eager,
                                 max_model_len=max_model_len, fit_max_model_len=fit_max_model_len,
-                                prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn)
+                                prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
+                                cuda_graph_max_bs=cuda_graph_max_bs)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
