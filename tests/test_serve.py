@@ -270,6 +270,7 @@ def test_sglangs_decode_past_its_largest_cuda_graph_is_paced_by_the_host():
     given, default = runs[8].as_dict(), runs[None].as_dict()
     assert given["cuda_graph_max_bs"] == 8 and given["cuda_graph_max_bs_source"] == "given (--cuda-graph-max-bs)"
     assert given["eager_decode_host_s"] == pytest.approx(host)
+    assert given["eager_decode_steps"] == int((decode & (seqs > 8)).sum()) and default["eager_decode_steps"] == 0
     assert default["cuda_graph_max_bs"] == 256 and "PR 10372" in default["cuda_graph_max_bs_source"]
     lone = Requests(np.array([0.0]), np.array([16]), np.array([4]))
     assert "cuda_graph_max_bs" not in serve(LLAMA, H200, FITTED, Deployment(), lone, engine="vllm").as_dict()
@@ -280,6 +281,7 @@ def test_sglangs_decode_past_its_largest_cuda_graph_is_paced_by_the_host():
     # (a disaggregated pair: its decode pool runs them so)
     pair = serve(LLAMA, H200, FITTED, Deployment(), lone, engine="sglang", pd=(1, 1), cuda_graph_max_bs=0)
     assert pair.as_dict()["cuda_graph_max_bs"] == 0 and pair.engine.decode_host_s == pytest.approx(host)
+    assert pair.as_dict()["eager_decode_steps"] == 3  # (its 4 tokens: the first from the prefill pool)
 
 
 def test_without_its_overlap_scheduler_sglangs_host_time_is_in_every_step():

@@ -410,7 +410,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
            + (f", prefill without CUDA graphs ({r.eager_prefill_host_s * 1e3:.3g} ms host time a batch at least)"
               if r.eager_prefill_host_s else "")
            + (f", decode batches over {e.eager_decode_above} without CUDA graphs ({e.decode_host_s * 1e3:.3g} ms "
-              f"host time a step at least)" if e.eager_decode_above is not None else "")
+              f"host time a step at least; {r.served.eager_decode_steps:,} of {r.metrics['steps']:,} steps ran so)"
+              if e.eager_decode_above is not None else "")
            + (f", {e.capacity_policy.replace('_', ' ')} capacity policy"
               + (", chunked context" if e.chunked_context else "") if e.name == "trtllm" else ""),
            f"workload: {load}", ""]

@@ -129,7 +129,7 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
         chunk = prefill.engine.max_num_batched_tokens
         last = link.pull_s(per_token * (prompt - chunk * ((prompt - 1) // chunk)))
         pull = np.maximum(last, scheduled + pull - prefilled)
-    first, finish, gaps, logs, dec_preempt = np.empty(n), np.empty(n), [], [], 0
+    first, finish, gaps, logs, dec_preempt, eager = np.empty(n), np.empty(n), [], [], 0, 0
     for r in range(min(decode.replicas, n)):
         at = index[r::decode.replicas]
         at = at[np.argsort(prefilled[at], kind="stable")]  # (in the order the proxy hands them on)
@@ -139,9 +139,10 @@ def run(reqs: Requests, prefill: Pool, decode: Pool, link: Link, progress=None, 
         gaps.append(s.itl_s)
         logs.append(s.steps)
         dec_preempt += s.preemptions
+        eager += s.eager_decode_steps
     steps = {k: np.concatenate([g[k] for g in logs]) for k in logs[0]}
     served = Served(reqs.arrival_s, prompt, output, scheduled, first, finish, np.concatenate(gaps),
-                    pre_preempt + dec_preempt, steps, queries, hits)
+                    pre_preempt + dec_preempt, steps, queries, hits, eager)
     ms = pull * 1e3
     stats = {"prefill_replicas": prefill.replicas, "decode_replicas": decode.replicas,
              "gpus": prefill.replicas * prefill.gpus + decode.replicas * decode.gpus,

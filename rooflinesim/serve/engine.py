@@ -231,6 +231,7 @@ class _Sim:
         self.itl: list = []  # inter-token gaps, as (gaps, how many requests each stands for)
         self.log = {"start_s": [], "duration_s": [], "tokens": [], "sequences": [], "kv_blocks_used": []}
         self.preemptions = 0
+        self.eager_decode_steps = 0
         # the prefix cache (where on and the requests share prefixes): the prefixes computed
         # (a column per level of nested prefixes; the cache holds (level, id) pairs)
         on = p.prefix_caching and reqs.prefix_id is not None
@@ -458,7 +459,7 @@ class _Sim:
         log = {k: np.fromiter(v, dtype=float if k.endswith("_s") else np.int64, count=len(v))
                for k, v in self.log.items()}
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
-                      gaps, self.preemptions, log, self.cache_queries, self.cache_hits)
+                      gaps, self.preemptions, log, self.cache_queries, self.cache_hits, self.eager_decode_steps)
 
 
 class _Running:
@@ -1127,6 +1128,7 @@ class _SGLang(_Sim):
             dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running))
             if p.eager_decode_above is not None and len(running) > p.eager_decode_above:  # (past its graphs)
                 dur = joined(p.decode_host_s, dur, self.steps.profile)
+                self.eager_decode_steps += 1
             dur += p.step_overhead_s
             self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
             self.now += dur

@@ -40,6 +40,7 @@ class Served:
     steps: dict  # per step: start_s, duration_s, tokens, sequences, kv_blocks_used
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (0: it was off)
     prefix_cache_hits: int = 0  # of them, found there
+    eager_decode_steps: int = 0  # sglang: decode steps past its largest CUDA graph (run without one)
 
 
 def summary(s: Served, slo_ms: dict | None = None) -> dict:

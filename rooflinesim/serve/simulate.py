@@ -274,6 +274,7 @@ class ServeResult:
                 "overlap_schedule": e.overlap, "prefix_caching": e.prefix_caching,
                 **({"cascade_attention": e.cascade is not None} if e.name == "vllm" else {}),
                 **({"cuda_graph_max_bs": e.eager_decode_above, "eager_decode_host_s": e.decode_host_s,
+                    "eager_decode_steps": int(self.served.eager_decode_steps),
                     "cuda_graph_max_bs_source": ("given (--cuda-graph-max-bs)" if "graph" in self.given
                                                  else SGLANG_CUDA_GRAPH_SOURCE)} if e.name == "sglang" else {}),
                 **({"eager_prefill": True, "eager_prefill_host_s": self.eager_prefill_host_s,
@@ -607,7 +608,8 @@ def _merge(parts: list) -> Served:
     steps = {k: np.concatenate([p.steps[k] for p in parts]) for k in parts[0].steps}
     return Served(cat("arrival_s"), cat("input_tokens"), cat("output_tokens"), cat("scheduled_s"),
                   cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps,
-                  sum(p.prefix_cache_queries for p in parts), sum(p.prefix_cache_hits for p in parts))
+                  sum(p.prefix_cache_queries for p in parts), sum(p.prefix_cache_hits for p in parts),
+                  sum(p.eager_decode_steps for p in parts))
 
 
 def slo_report(metrics: dict, slos: dict, draws: list | None = None, serving: dict | None = None) -> dict:
