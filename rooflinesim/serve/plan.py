@@ -411,17 +411,15 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     largest decode batch from a CUDA graph, as serve's (None: its default for each GPU and
     TP; the bounds leave the host out, so they stay below runs past it)."""
     from ..models.config import load_config
-    from .simulate import ENGINES, check_cuda_graph_max_bs, check_eager_prefill
+    from .simulate import ENGINES, check_engine_flags
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
     if not (rate > 0 and math.isfinite(rate)):
         raise UserError(f"plan needs a finite target rate above 0 (got {rate!r})")
     engine_class(engine, max(pp or (1,)))  # (an engine with no pipeline model says so first)
-    check_eager_prefill(eager_prefill, engine)
-    check_cuda_graph_max_bs(cuda_graph_max_bs, engine)
-    if disable_cascade_attn and engine != "vllm":
-        raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
+    check_engine_flags(engine, eager_prefill=eager_prefill, disable_cascade_attn=disable_cascade_attn,
+                       cuda_graph_max_bs=cuda_graph_max_bs)
     if pd and (engine not in ("vllm", "sglang") or max(pp or (1,)) > 1):
         raise UserError("--pd (disaggregated pairs) is simulated for --engine vllm and sglang without pipeline stages")
     missing = [g for g in gpus if g not in prices]

@@ -147,15 +147,15 @@ def cascade_rule(engine: str, model, spec, d: Deployment, disabled: bool) -> tup
     return int(sh.heads), int(sh.kv_heads), int(spec.chip.sm_count)
 
 
-def check_eager_prefill(eager_prefill: bool, engine: str) -> None:
-    """--eager-prefill is SGLang's (serve and plan say so alike)."""
+def check_engine_flags(engine: str, *, eager_prefill: bool = False, disable_cascade_attn: bool = False,
+                       cuda_graph_max_bs: int | None = None) -> None:
+    """The flags of one engine given with another (serve and plan say so alike):
+    --eager-prefill and --cuda-graph-max-bs are SGLang's, --disable-cascade-attn vLLM's."""
     if eager_prefill and engine != "sglang":
         raise UserError(f"--eager-prefill prices SGLang's prefill batches without CUDA graphs (--engine sglang); "
                         f"{engine}'s are not modelled that way")
-
-
-def check_cuda_graph_max_bs(cuda_graph_max_bs: int | None, engine: str) -> None:
-    """--cuda-graph-max-bs is SGLang's (serve and plan say so alike)."""
+    if disable_cascade_attn and engine != "vllm":
+        raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
     if cuda_graph_max_bs is not None and engine != "sglang":
         raise UserError(f"--cuda-graph-max-bs sets SGLang's largest decode batch run from a CUDA graph (--engine "
                         f"sglang); {engine}'s decode steps are priced as captured")
@@ -183,17 +183,22 @@ SGLANG_CUDA_GRAPH_SOURCE = (
     "batch's (an absorbing state under load: sgl-project/sglang issue 33483)")
 
 
+# SGLang's defaults by the GPU's memory (server_args.py, one table): below this many GiB, its
+# chunked_prefill_size and its cuda_graph_max_bs at TP under 4 and at TP 4 and more
+SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
+                       (math.inf, 16384, 512, 512))
+
+
+def _sglang_tier(spec) -> tuple:
+    gib = spec.memory.capacity_bytes / GIB
+    return next(t for t in SGLANG_MEMORY_TIERS if gib < t[0])
+
+
 def sglang_cuda_graph_max_bs(spec, tp: int) -> int:
     """SGLang's default largest decode batch captured in a CUDA graph on ``spec`` at ``tp``
     (``SGLANG_CUDA_GRAPH_SOURCE``)."""
-    gib, few = spec.memory.capacity_bytes / GIB, tp < 4
-    if gib < 20:
-        return 8
-    if gib < 35:
-        return 24 if few else 80
-    if gib < 60:
-        return 32 if few else 160
-    return (256 if few else 512) if gib < 160 else 512
+    tier = _sglang_tier(spec)
+    return tier[2] if tp < 4 else tier[3]
 
 
 def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, context_len: int | None = None) -> dict:
@@ -204,8 +209,7 @@ def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, contex
     from ..memory import vllm_defaults
 
     if engine == "sglang":  # (server_args.py: chunked_prefill_size by GPU memory; scheduler.py)
-        gib = spec.memory.capacity_bytes / GIB
-        chunk = 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
+        chunk = _sglang_tier(spec)[1]
         seqs = 4096
         if kv_tokens is not None:
             longest = context_len or model.max_position_embeddings or 4096
@@ -365,10 +369,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     if (capacity_policy is not None or chunked_context is not None) and engine != "trtllm":
         raise UserError("--capacity-policy and --chunked-context set TensorRT-LLM's scheduler (--engine trtllm); "
                         f"{engine}'s is {'chunked always' if engine == 'vllm' else 'its own'}")
-    check_eager_prefill(eager_prefill, engine)
-    if disable_cascade_attn and engine != "vllm":
-        raise UserError(f"--disable-cascade-attn is vLLM's (--engine vllm); {engine} runs no cascade attention")
-    check_cuda_graph_max_bs(cuda_graph_max_bs, engine)
+    check_engine_flags(engine, eager_prefill=eager_prefill, disable_cascade_attn=disable_cascade_attn,
+                       cuda_graph_max_bs=cuda_graph_max_bs)
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
     if pd is not None:
@@ -458,13 +460,13 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     graphs = None
     if engine == "sglang":
         graphs = sglang_cuda_graph_max_bs(spec, d.tp) if cuda_graph_max_bs is None else int(cuda_graph_max_bs)
+    host = eager_pass_host_s(model, d) if (eager_prefill or graphs is not None) else 0.0
     p = EngineParams(engine, mnbt, seqs, block_size, kv_tokens // block_size, float(step_overhead_s),
                      base["max_prefill_tokens"], stages=d.pp, overlap=overlap,
                      capacity_policy=capacity_policy or "guaranteed_no_evict", chunked_context=bool(chunked_context),
                      request_overhead_s=float(request_overhead_s),
-                     prefill_host_s=eager_pass_host_s(model, d) if eager_prefill else 0.0,
-                     eager_decode_above=graphs,
-                     decode_host_s=eager_pass_host_s(model, d) if graphs is not None else 0.0,
+                     prefill_host_s=host if eager_prefill else 0.0,
+                     eager_decode_above=graphs, decode_host_s=host if graphs is not None else 0.0,
                      max_model_len=max_model_len, prefix_caching=bool(prefix_caching),
                      cascade=cascade_rule(engine, model, spec, d, disable_cascade_attn) if prefix_caching else None)
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
