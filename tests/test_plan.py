@@ -364,6 +364,12 @@ def test_sglangs_decode_graph_ceiling_is_planned_as_serve_runs_it():
     assert best[1]["metrics"]["p99_tpot_ms"] > best[0]["metrics"]["p99_tpot_ms"]
     with pytest.raises(UserError, match="--engine sglang"):
         _plan(gpus=["h100-sxm"], cuda_graph_max_bs=8)
+    from helpers import run_cli
+
+    for bad in (["--cuda-graph-max-bs", "8"], ["--engine", "sglang", "--cuda-graph-max-bs", "-1"]):
+        code, _, err = run_cli(["plan", "--model", "llama-3.1-8b", "--rate", "5", "--slo-ttft-p99", "1s",
+                                "--gpu", "h200", "--max-gpus", "1", *bad])
+        assert code == 2 and "--cuda-graph-max-bs" in err and "Traceback" not in err
 
 
 def test_sglangs_eager_prefill_is_planned_as_serve_runs_it():
