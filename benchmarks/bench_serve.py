@@ -5,7 +5,8 @@ deployment), and simulating N requests (default 10,000) of vLLM's random dataset
 256 out, range ratio 0.5) on vLLM v1's scheduler as serve runs it by default (async
 scheduling; without it on a pipeline of two stages) at a light, a moderate and a saturating
 rate, with no interval draws (each draw is one more simulation). Goal (README): 10,000
-requests in at most 1 s. Times are the minimum over repeats.
+requests in at most 1 s. Times are the minimum over repeats; the first line times a plain
+Python loop, so that runs on other machines or hours can be compared.
 """
 
 from __future__ import annotations
@@ -18,6 +19,21 @@ CASES = [  # (label, model, GPU, deployment keywords, request rates)
     ("mixtral-8x7b h200 tp2 fp8", "mixtral-8x7b", "h200", dict(tp=2, weights="fp8"), (10.0, float("inf"))),
     ("llama-3-70b h100 tp2 pp2", "llama-3-70b", "h100-sxm", dict(tp=2, pp=2), (5.0, float("inf"))),
 ]
+
+
+REFERENCE_LOOP = 5_000_000
+
+
+def _reference_s() -> float:
+    """The least of three timings of a plain Python loop: how fast this core runs the
+    interpreter now (machines, and hours on a shared one, differ by several times)."""
+    best = float("inf")
+    for _ in range(3):
+        t0, s = time.perf_counter(), 0
+        for i in range(REFERENCE_LOOP):
+            s += i
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def main() -> None:
@@ -35,6 +51,8 @@ def main() -> None:
     from rooflinesim.serve.steps import StepTimes
     from rooflinesim.serve.traffic import random_requests
 
+    print(f"this machine's pace: {_reference_s():.3f} s for {REFERENCE_LOOP:,} additions in a Python loop "
+          "(the simulation is Python and numpy on small arrays: its times scale with this one)")
     print("| deployment | rate (req/s) | requests | engine steps | simulated (s) | build tables (s) |")
     print("|---|---|---|---|---|---|")
     for label, name, gpu, kw, rates in CASES:

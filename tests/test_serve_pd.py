@@ -64,6 +64,22 @@ def test_every_request_is_served_and_the_decode_side_has_no_prefill_stalls():
     assert m["output_throughput"] == pytest.approx(colocated.metrics["output_throughput"], rel=0.02)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_decode_side_takes_the_steps_one_by_one_would(overlap, monkeypatch):
+    # (its decode-only stretches, a step at the least, end where a pulled request may join)
+    from rooflinesim.serve import engine
+
+    reqs = random_requests(200, 1500, 150, rate=15.0, seed=4, range_ratio=0.5)
+    fast = _pd(reqs, overlap_schedule=overlap)
+    monkeypatch.setattr(engine._VllmV1, "stretches", False)
+    slow = _pd(reqs, overlap_schedule=overlap)
+    for k, v in fast.metrics.items():
+        assert v == pytest.approx(slow.metrics[k], rel=1e-9), k
+    for f in ("first_token_s", "finish_s"):
+        assert getattr(fast.served, f) == pytest.approx(getattr(slow.served, f), rel=1e-9, abs=1e-12), f
+    assert np.sort(fast.served.itl_s) == pytest.approx(np.sort(slow.served.itl_s), rel=1e-9, abs=1e-12)
+
+
 def test_a_slower_link_delays_the_first_token_by_the_pulls():
     reqs = random_requests(40, 2048, 20, rate=0.5, seed=4)
     fast = _pd(reqs, step_overhead_s=0.0)

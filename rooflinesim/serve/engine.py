@@ -481,6 +481,11 @@ class _Running:
         for f in self.FIELDS:
             setattr(self, f, getattr(self, f)[mask])
 
+    def add_columns(self, *columns) -> None:
+        """Append requests given as one array (or value) a field, in ``FIELDS``' order."""
+        for f, c in zip(self.FIELDS, columns):
+            setattr(self, f, np.concatenate((getattr(self, f), c)))
+
     def add(self, rows: list) -> None:
         """Append requests, each (id, tokens, computed, held, generated, output, last)."""
         m = len(rows)
@@ -612,10 +617,24 @@ class _VllmV1(_Sim):
         self.now += dur
         run.computed = run.computed + 1
         run.held = run.held + need
-        run.add([(i, int(tokens[i]), int(tokens[i]), int(b), int(gen[i]), int(self.output[i]), self.last_token[i])
-                 for i, b in zip(ids, blocks.tolist())])
-        finished = self._sampled(run, np.ones(run.size, dtype=bool), tokens, gen)
+        ix = np.array(ids, dtype=np.int64)
+        run.add_columns(ix, prompts, prompts, blocks, gen[ix], self.output[ix], self.last_token[ix])
+        finished = self._sampled_all(run)
         return (self.free_blocks(run) if finished else left), finished
+
+    def _sampled_all(self, run: _Running) -> int:
+        """``_sampled`` with every running request given a token."""
+        run.generated = run.generated + 1
+        run.tokens = run.tokens + 1
+        firsts = run.generated == 1
+        k = _count(firsts)
+        if k:
+            self.first[run.id[firsts]] = self.now
+            self.prefix_computed(run.id[firsts], run.tokens[firsts])
+        if k < run.size:
+            self.itl.append((self.now - run.last[~firsts], 1))
+        run.last = np.full(run.size, self.now)
+        return self._finish(run, None, None) if _count(run.generated >= run.output) else 0
 
     def _schedule(self, run: _Running, want, waiting, tokens, gen, free):
         """A step's scheduling (the module's notes): the running requests' tokens as far as
@@ -727,17 +746,17 @@ class _VllmV1(_Sim):
         # (past a finish only where no waiting request, nor one a freed slot lets the client send, could join)
         k = int(left.max()) if not waiting and self.slots is None else first
         due = self.due()
-        if due < math.inf:  # (no more steps than fit before it at the least a step can take)
-            m = n if k == first else 1
+        if due < math.inf:  # (no more steps than fit before it at the least a step can take; with the
+            m = n if k == first else 1  # overlap scheduler one may have come due in the step just run)
             floor = self.steps.dense_decode[m] + self.steps.logits[m] + p.step_overhead_s
-            k = min(k, int((due - self.now) / floor) + 2)
+            k = min(k, max(int((due - self.now) / floor), -1) + 2)
         c = run.computed
         if n * (k // p.block_size + 1) > free:  # (the blocks may run out: count them per step)
             k = min(k, first)
             j = np.arange(1, k + 1)
             grow = (_blocks(c[:, None] + j, p.block_size) - run.held[:, None]).clip(0).sum(axis=0)
             k = min(k, int(np.searchsorted(grow, free, side="right")))
-        if k < 2:
+        if k < 1:
             return False
         j = np.arange(1, k + 1)
         if k <= first:  # (the same batch throughout)
@@ -762,11 +781,12 @@ class _VllmV1(_Sim):
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
         ends = self.now + np.cumsum(dur)
-        if due < ends[-1]:
-            k = int(np.searchsorted(ends, due, side="left")) + 1  # (the step in which it comes due ends the stretch)
+        # (the step in which a request comes due ends the stretch; with the overlap scheduler,
+        # which forms a batch as the one before starts, the first step to start after it)
+        cut = int(np.searchsorted(ends - dur if p.overlap else ends, due, side="left")) + 1
+        if cut < k:
+            k = cut
             dur, ends, j = dur[:k], ends[:k], j[:k]
-        if k < 2:
-            return False
         log = self.log
         log["start_s"].extend((ends - dur).tolist())
         log["duration_s"].extend(dur.tolist())
@@ -932,6 +952,7 @@ class _VllmV1Pipeline(_VllmV1):
         run = _Running()
         inflight: deque = deque()  # (when the batch leaves the last stage, its samplers' ids and epochs)
         stage_free = [0.0] * p.stages
+        mark = np.zeros(n, dtype=bool)  # (the requests a batch brings tokens back for, while it is taken)
         done = 0
         while done < n:
             self.send_due(waiting)
@@ -948,7 +969,11 @@ class _VllmV1Pipeline(_VllmV1):
             end, ids, epochs = inflight.popleft()
             self.now = max(self.now, end)
             if ids.size:
-                done += self._sampled(run, np.isin(run.id, ids[self.epoch[ids] == epochs]), tokens, gen)
+                back = ids[self.epoch[ids] == epochs]  # (those not preempted while in flight)
+                mark[back] = True  # (np.isin's answer, in fewer operations)
+                got = mark[run.id]
+                mark[back] = False
+                done += self._sampled(run, got, tokens, gen)
                 free = self.free_blocks(run)
         return self.served()
 

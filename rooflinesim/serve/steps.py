@@ -43,6 +43,23 @@ def _grid(lo: float, hi: float, ratio: float) -> np.ndarray:
     return np.unique(np.array(pts, dtype=float))
 
 
+_sum = np.add.reduce
+
+
+def _parts_of(tokens: np.ndarray, context: np.ndarray, decode: np.ndarray) -> tuple:
+    """A step given per scheduled sequence (``StepTimes.step_of``'s arguments) as
+    ``step_s`` takes it: the decodes, their mean context, the prefill chunks, their tokens
+    and their context weighted by their tokens."""
+    n_dec = int(_sum(decode))
+    if n_dec == decode.size:
+        return n_dec, float(_sum(context)) / n_dec, 0, 0, 0.0
+    chunk = ~decode
+    t, c = tokens[chunk], context[chunk]
+    chunk_tokens = int(_sum(t))
+    return (n_dec, float(_sum(context[decode])) / n_dec if n_dec else 0.0, int(chunk.size - n_dec), chunk_tokens,
+            float(_sum(t * c)) / chunk_tokens if chunk_tokens else 0.0)
+
+
 class LogTable:
     """A positive quantity tabulated over a grid of positive axes, read by multilinear
     interpolation of its logarithm in the logarithms of the axes (exact at the grid's
@@ -160,6 +177,7 @@ class StepTimes:
                                           m @ parts["attention_prefill"])
         self.attention_decode = LogTable([self.n_grid, self.ctx_grid], m @ parts["attention_decode"])
         self._rows: dict = {}
+        self._row_lists: dict = {}  # (the same rows as plain floats, for one context at a time)
         for t in self.stage_tables:
             t._combine(m)
 
@@ -177,13 +195,7 @@ class StepTimes:
         """``step_s`` of a step given per scheduled sequence: its new ``tokens``, its
         ``context`` after them, and whether it is a ``decode`` (the rest are prefill chunks,
         their context weighted by their tokens); ``common``: ``step_s``'s."""
-        n_dec = int(np.count_nonzero(decode))
-        chunk = ~decode
-        chunk_tokens = int(tokens[chunk].sum())
-        return self.step_s(n_dec, float(context[decode].sum()) / n_dec if n_dec else 0.0,
-                           int(np.count_nonzero(chunk)), chunk_tokens,
-                           float((tokens[chunk] * context[chunk]).sum()) / chunk_tokens if chunk_tokens else 0.0,
-                           samplers, common)
+        return self.step_s(*_parts_of(tokens, context, decode), samplers, common)
 
     def _decode_row(self, n: int) -> np.ndarray:
         """The decode attention table's log times at ``n`` sequences over the context grid
@@ -197,6 +209,21 @@ class StepTimes:
             w = min(max((ln - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0)
             row = self._rows[n] = t.log_z[i] * (1 - w) + t.log_z[i + 1] * w
         return row
+
+    def _decode_attention_at(self, n: int, context: float) -> float:
+        """``decode_attention`` at one context, in plain floats."""
+        row = self._row_lists.get(n)
+        if row is None:
+            row = self._row_lists[n] = self._decode_row(n).tolist()
+        a = self.attention_decode._axes[1]
+        lc = math.log(context)
+        i = min(max(bisect.bisect_right(a, lc) - 1, 0), len(a) - 2)
+        if lc <= a[0]:
+            return math.exp(row[0])
+        if lc >= a[-1]:
+            return math.exp(row[-1])
+        w = (lc - a[i]) / (a[i + 1] - a[i])
+        return math.exp(row[i] * (1 - w) + row[i + 1] * w)
 
     def decode_attention(self, n: int, context):
         """``attention_decode(n, context)`` for a context or an array of them (the same
@@ -251,7 +278,8 @@ class StepTimes:
     def stage_s_of(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray, samplers: int,
                    common: int = 0) -> list:
         """Each pipeline stage's time in a step (``step_of``'s arguments)."""
-        return [t.step_of(tokens, context, decode, samplers, common) for t in self.stage_tables]
+        parts = _parts_of(tokens, context, decode)
+        return [t.step_s(*parts, samplers, common) for t in self.stage_tables]
 
     def step_s(self, decode_n: int, decode_context: float, chunk_n: int = 0, chunk_tokens: int = 0,
                chunk_context: float = 0.0, samplers: int = 0, common: int = 0) -> float:
@@ -269,7 +297,7 @@ class StepTimes:
             raise ValueError(f"a step of {tokens} tokens is past the table's {self.max_tokens}")
         t = (self.dense_prefill[tokens] if chunk_n else self.dense_decode[decode_n]) + self.logits[samplers]
         if decode_n:
-            t += float(self.decode_attention(decode_n, decode_context - common))
+            t += self._decode_attention_at(decode_n, decode_context - common)
         if chunk_n:
             q = chunk_tokens / chunk_n
             t += self.attention_prefill(chunk_n, q, max(chunk_context - common, q))
