@@ -4,7 +4,9 @@ Measures, on this machine, one core: building a deployment's step tables (once p
 deployment), and simulating N requests (default 10,000) of vLLM's random dataset (1024 in,
 256 out, range ratio 0.5) on vLLM v1's scheduler as serve runs it by default (async
 scheduling; without it on a pipeline of two stages) at a light, a moderate and a saturating
-rate, with no interval draws (each draw is one more simulation). Goal (README): 10,000
+rate, with no interval draws (each draw is one more simulation); then SGLang and TensorRT-LLM
+(both its capacity policies) as serve runs them by default, on Llama-3.1-8B on an H200, over
+the same traffic. Goal (README): 10,000
 requests in at most 1 s. Times are the minimum over repeats; the first line times a plain
 Python loop, so that runs on other machines or hours can be compared.
 """
@@ -76,6 +78,27 @@ def main() -> None:
                 best = min(best, time.perf_counter() - t0)
             print(f"| {label} | {rate:g} | {args.requests:,} | {len(served.steps['duration_s']):,} | {best:.2f} | "
                   f"{build:.2f} |")
+
+    # the other engines as serve runs them by default (their limits, KV cache and overlap), the same traffic
+    from rooflinesim.serve.simulate import _replica
+
+    spec, model = load_spec("h200"), load_config("llama-3.1-8b")
+    profile = resolve_profile(spec, None)
+    for engine, policy in (("sglang", None), ("trtllm", None), ("trtllm", "max_utilization")):
+        t0 = time.perf_counter()
+        p, _, steps = _replica(model, spec, profile, Deployment(), engine, 1536 + 384, max_num_batched_tokens=None,
+                               max_num_seqs=None, block_size=None, gpu_memory_utilization=0.9, kv_tokens=None,
+                               step_overhead_s=None, capacity_policy=policy)
+        build = time.perf_counter() - t0
+        for rate in (5.0, 20.0, float("inf")):
+            reqs = random_requests(args.requests, 1024, 256, rate=rate, range_ratio=0.5, seed=1)
+            best, served = float("inf"), None
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                served = simulate(engine, reqs, steps, p)
+                best = min(best, time.perf_counter() - t0)
+            print(f"| llama-3.1-8b h200 {engine}{' ' + policy if policy else ''} | {rate:g} | {args.requests:,} | "
+                  f"{len(served.steps['duration_s']):,} | {best:.2f} | {build:.2f} |")
 
 
 if __name__ == "__main__":

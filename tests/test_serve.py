@@ -106,6 +106,20 @@ def test_preemption_by_recompute_when_the_cache_runs_out():
     assert int(s.steps["kv_blocks_used"].max()) <= r.engine.kv_blocks
 
 
+def _the_same_steps(fast, slow, logged: tuple) -> None:
+    """Two runs' metrics, each request's times, the gaps and the ``logged`` step fields
+    agree (to rounding: a stretch sums in another order)."""
+    assert fast.metrics.keys() == slow.metrics.keys()
+    for k, v in fast.metrics.items():
+        assert v == pytest.approx(slow.metrics[k], rel=1e-9), k
+    a, b = fast.served, slow.served
+    for f in ("scheduled_s", "first_token_s", "finish_s"):
+        assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12), f
+    assert np.sort(a.itl_s) == pytest.approx(np.sort(b.itl_s), rel=1e-9, abs=1e-12)
+    for f in logged:
+        assert a.steps[f] == pytest.approx(b.steps[f], rel=1e-9, abs=1e-12), f
+
+
 @pytest.mark.parametrize("rate, kv, concurrency, budget", [
     (5.0, None, None, None), (50.0, None, None, None), (math.inf, 80_000, None, None), (2.0, None, None, 512),
     (math.inf, None, 8, None), (30.0, 40_000, 64, 1024)])
@@ -118,15 +132,25 @@ def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency,
     fast = _run(**kw)
     monkeypatch.setattr(engine._VllmV1, "stretches", False)
     slow = _run(**kw)
-    assert fast.metrics.keys() == slow.metrics.keys()
-    for k, v in fast.metrics.items():
-        assert v == pytest.approx(slow.metrics[k], rel=1e-9), k
-    a, b = fast.served, slow.served
-    for f in ("scheduled_s", "first_token_s", "finish_s"):
-        assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12), f
-    assert np.sort(a.itl_s) == pytest.approx(np.sort(b.itl_s), rel=1e-9, abs=1e-12)
-    for f in ("start_s", "duration_s", "tokens", "sequences"):
-        assert a.steps[f] == pytest.approx(b.steps[f], rel=1e-9, abs=1e-12), f
+    _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences"))
+
+
+@pytest.mark.parametrize("rate, kv, concurrency, budget, overlap", [
+    (5.0, None, None, None, True), (5.0, None, None, None, False), (math.inf, 80_000, None, None, True),
+    (math.inf, None, 8, None, False), (30.0, 40_000, 64, 1536, True)])
+@pytest.mark.parametrize("engine_name, policy", [("sglang", None), ("trtllm", None), ("trtllm", "max_utilization")])
+def test_other_engines_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency, budget, overlap,
+                                                                        engine_name, policy, monkeypatch):
+    # (SGLang's and TensorRT-LLM's decode-only steps taken at once, against their loops; the
+    # KV in use too, each step's exact; SGLang past a CUDA-graph ceiling of 16 requests)
+    kw = dict(n=200, rate=rate, kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget,
+              max_num_seqs=budget and 256, overlap_schedule=overlap, engine=engine_name)
+    kw.update(cuda_graph_max_bs=16) if engine_name == "sglang" else kw.update(capacity_policy=policy)
+    fast = _run(**kw)
+    monkeypatch.setattr(engine._Sim, "stretches", False)
+    slow = _run(**kw)
+    _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "kv_blocks_used"))
+    assert fast.served.eager_decode_steps == slow.served.eager_decode_steps
 
 
 @settings(max_examples=40, deadline=None)

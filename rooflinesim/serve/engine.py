@@ -440,6 +440,39 @@ class _Sim:
         """Nothing to run until ``t`` (not before now): an idle server takes the next request at once."""
         self.now, self.formed = max(self.now, t), None
 
+    stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
+
+    def steps_before_due(self, k: int, n: int, due: float) -> int:
+        """At most ``k`` steps of ``n`` decodes, no more than fit, each at the least such a
+        step can take, before the loop would see a request due at ``due`` (``until_due``'s)."""
+        if due == math.inf:
+            return k
+        floor = self.steps.dense_decode[n] + self.steps.logits[n] + self.p.step_overhead_s
+        return min(k, max(int((due - self.now) / floor), -1) + 2)  # (with the overlap, it may be due already)
+
+    def until_due(self, dur: np.ndarray, due: float) -> int:
+        """Of steps of these durations from now, how many the loop runs before a request due
+        at ``due`` joins: up to the one in which it comes due, with the overlap scheduler
+        (which forms a batch as the one before starts) the first to start after it."""
+        ends = self.now + np.cumsum(dur)
+        return min(dur.size, int(np.searchsorted(ends - dur if self.p.overlap else ends, due, side="left")) + 1)
+
+    def record_run(self, dur: np.ndarray, sizes, blocks) -> np.ndarray:
+        """Steps of durations ``dur`` from now, one after another, of ``sizes`` decodes
+        (a list, or one for all) holding ``blocks`` KV blocks (a list); now is their end, the
+        last formed as ``record`` leaves it. (When each ends.)"""
+        ends = self.now + np.cumsum(dur)
+        log, k = self.log, dur.size
+        log["start_s"].extend((ends - dur).tolist())
+        log["duration_s"].extend(dur.tolist())
+        size = [sizes] * k if isinstance(sizes, int) else sizes
+        log["tokens"].extend(size)
+        log["sequences"].extend(size)
+        log["kv_blocks_used"].extend(blocks)
+        self.now = float(ends[-1])
+        self.formed = float(ends[-1] - dur[-1]) if self.p.overlap else None
+        return ends
+
     def record(self, start: float, duration: float, tokens: int, seqs: int, blocks: int) -> None:
         """A step from ``start``; with the overlap scheduler the next batch is formed as it starts."""
         self.formed = start if self.p.overlap else None
@@ -498,7 +531,6 @@ class _Running:
 
 
 class _VllmV1(_Sim):
-    stretches = True  # decode-only stretches taken at once (the same steps; False: one by one)
     aside = 0  # KV blocks held by requests that are not running (a decode instance's pulls)
 
     def common_prefix(self, run: _Running, on=None, decodes_only: bool = False, rows=None) -> int:
@@ -746,10 +778,7 @@ class _VllmV1(_Sim):
         # (past a finish only where no waiting request, nor one a freed slot lets the client send, could join)
         k = int(left.max()) if not waiting and self.slots is None else first
         due = self.due()
-        if due < math.inf:  # (no more steps than fit before it at the least a step can take; with the
-            m = n if k == first else 1  # overlap scheduler one may have come due in the step just run)
-            floor = self.steps.dense_decode[m] + self.steps.logits[m] + p.step_overhead_s
-            k = min(k, max(int((due - self.now) / floor), -1) + 2)
+        k = self.steps_before_due(k, n if k == first else 1, due)
         c = run.computed
         if n * (k // p.block_size + 1) > free:  # (the blocks may run out: count them per step)
             k = min(k, first)
@@ -780,20 +809,8 @@ class _VllmV1(_Sim):
                         break
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
-        ends = self.now + np.cumsum(dur)
-        # (the step in which a request comes due ends the stretch; with the overlap scheduler,
-        # which forms a batch as the one before starts, the first step to start after it)
-        cut = int(np.searchsorted(ends - dur if p.overlap else ends, due, side="left")) + 1
-        if cut < k:
-            k = cut
-            dur, ends, j = dur[:k], ends[:k], j[:k]
-        log = self.log
-        log["start_s"].extend((ends - dur).tolist())
-        log["duration_s"].extend(dur.tolist())
-        # (each step's batch, the parts past the stretch's end cut off)
-        size = [n] * k if len(parts) == 1 else [m for d, m in parts for _ in range(d.size)][:k]
-        log["tokens"].extend(size)
-        log["sequences"].extend(size)
+        k = self.until_due(dur, due)
+        dur, j = dur[:k], j[:k]
         steps = np.minimum(left, k)  # (each request's steps in the stretch)
         held = _blocks(c + steps, p.block_size)
         # (blocks in use over the stretch: exact at its ends, in between a straight line)
@@ -801,7 +818,9 @@ class _VllmV1(_Sim):
         after = before - int(_sum(run.held)) + int(_sum(held[left >= k]))
         if self.group is not None and _count(left < k):  # (those that finish: their shared blocks stay)
             after += self.kept_if_left(run.id[left < k])
-        log["kv_blocks_used"].extend(np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
+        # (each step's batch, the parts past the stretch's end cut off)
+        size = n if len(parts) == 1 else [m for d, m in parts for _ in range(d.size)][:k]
+        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
         a = 0  # then every later step's, once for each request it serves)
         for d, m in parts:
@@ -813,8 +832,6 @@ class _VllmV1(_Sim):
         run.tokens = run.tokens + steps
         run.generated = run.generated + steps
         run.held = held
-        self.now = float(ends[-1])
-        self.formed = float(ends[-1] - dur[-1]) if p.overlap else None  # (as record() leaves it after the last)
         run.last = ends[steps - 1]  # (a request that finished: its last token's time)
         return True
 
@@ -1052,6 +1069,8 @@ class _Static(_Sim):
 SGLANG_CLIP_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 SGLANG_RATIO_INIT, SGLANG_RATIO_MIN_FACTOR, SGLANG_RATIO_DECAY_STEPS = 0.7, 0.14, 600
 SGLANG_RETRACT_STEPS = 20
+SGLANG_RATIO_MIN = SGLANG_RATIO_INIT * SGLANG_RATIO_MIN_FACTOR
+SGLANG_RATIO_DECAY = (SGLANG_RATIO_INIT - SGLANG_RATIO_MIN) / SGLANG_RATIO_DECAY_STEPS  # a decode step's
 
 
 class _SGLang(_Sim):
@@ -1059,8 +1078,6 @@ class _SGLang(_Sim):
         p = self.p
         n = len(self.arrival)
         capacity = p.kv_blocks * p.block_size  # KV tokens
-        ratio_min = SGLANG_RATIO_INIT * SGLANG_RATIO_MIN_FACTOR
-        decay = (SGLANG_RATIO_INIT - ratio_min) / SGLANG_RATIO_DECAY_STEPS
         ratio = SGLANG_RATIO_INIT
         tokens = self.prompt.copy()  # known tokens (prompt, and output so far once retracted)
         computed = np.zeros(n, dtype=np.int64)
@@ -1146,6 +1163,11 @@ class _SGLang(_Sim):
             if not running:
                 raise UserError("the engine stalled: no request fits in the KV cache")
             # 2. a decode step of every running request (retracting some where KV runs short)
+            if self.stretches and not waiting:
+                took = self._decode_stretch(running, tokens, computed, gen, used, capacity, ratio)
+                if took is not None:
+                    used, ratio = took
+                    continue
             if capacity - used < len(running):
                 used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
             ids = np.array(running)
@@ -1159,7 +1181,7 @@ class _SGLang(_Sim):
             self.now += dur
             computed[ids] = ctx
             used += len(running)
-            ratio = max(ratio_min, ratio - decay)
+            ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
             gen[ids] += 1  # (every running request has its first token: each leaves a gap)
             tokens[ids] += 1
             self.itl.append((self.now - self.last_token[ids], 1))
@@ -1175,6 +1197,41 @@ class _SGLang(_Sim):
                 self.release(int(ended.size))
                 running[:] = ids[gen[ids] < self.output[ids]].tolist()
         return self.served()
+
+    def _decode_stretch(self, running: list, tokens, computed, gen, used: int, capacity: int, ratio: float):
+        """Decode steps of every running request taken at once, where nothing waits: up to
+        the step before the first finish (the loop takes that one), while each step's tokens
+        fit (no retraction), and up to the step in which a request comes due as the loop
+        sees it (``until_due``). Each step is the one the loop would take. (The KV tokens
+        held and the ratio after them; None: no step.)"""
+        p = self.p
+        n = len(running)
+        ids = np.array(running, dtype=np.int64)
+        k = min(int((self.output[ids] - gen[ids]).min()) - 1, (capacity - used) // n)
+        due = self.due()
+        k = self.steps_before_due(k, n, due)
+        if k < 1:
+            return None
+        j = np.arange(1, k + 1)
+        dur = self.steps.decode_steps(n, float(_sum(computed[ids])) / n + j)
+        eager = p.eager_decode_above is not None and n > p.eager_decode_above  # (past its graphs)
+        if eager:
+            dur = joined(p.decode_host_s, dur, self.steps.profile)
+        dur = dur + p.step_overhead_s
+        k = self.until_due(dur, due)
+        dur, j = dur[:k], j[:k]
+        self.eager_decode_steps += k if eager else 0
+        ends = self.record_run(dur, n, (-(-(used + n * j) // p.block_size)).tolist())
+        self.itl.append((ends[0] - self.last_token[ids], 1))  # (each request's gap to the first,
+        if k > 1:  # then every later step's, once for each request)
+            self.itl.append((dur[1:], n))
+        for _ in range(k):  # (step by step, as the loop takes it: the same floats)
+            ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
+        computed[ids] += k
+        gen[ids] += k
+        tokens[ids] += k
+        self.last_token[ids] = ends[-1]
+        return used + n * k, ratio
 
     def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
         """Requests whose prompt KV a prefill server sent join the running batch (a hook:
@@ -1232,6 +1289,8 @@ class _SGLangDecode(_SGLang):
     it); once its KV is in (``pull_s`` later) it joins the running batch at the next step
     without a forward pass, its first token streamed then, and decodes. A request retracted
     for KV recomputes here, as in a colocated server."""
+
+    stretches = False  # (a request whose prompt KV is in joins between steps: none taken at once)
 
     def __init__(self, reqs: Requests, steps, p: EngineParams, concurrency: int | None, pull_s):
         super().__init__(reqs, steps, p, concurrency)
@@ -1302,6 +1361,9 @@ class _TrtLlm(_Sim):
             if not waiting and not active.size:
                 self.idle(self.due())
                 continue
+            if self.stretches and not waiting and self._decode_stretch(active, tokens, computed, gen, held, context,
+                                                                       reserved, utilize):
+                continue
             joined = []
             if utilize:  # (the executor holds up to max_batch_size requests; the capacity scheduler picks)
                 while waiting and active.size + len(joined) < p.max_num_seqs:
@@ -1352,10 +1414,48 @@ class _TrtLlm(_Sim):
                     held[ended] = 0
                 else:
                     reserved -= int(_blocks(self.prompt[ended] + self.output[ended], bs).sum())
-                active = active[~np.isin(active, ended)]
+                active = active[gen[active] < self.output[active]]  # (those that ended; np.isin's answer)
                 done += ended.size
                 self.release(int(ended.size))
         return self.served()
+
+    def _decode_stretch(self, active: np.ndarray, tokens, computed, gen, held, context, reserved: int,
+                        utilize: bool) -> bool:
+        """Decode steps of every active request taken at once, where nothing waits and
+        every one is past its context: up to the step before the first finish (the loop
+        takes that one), with max_utilization while the blocks of each step's tokens are
+        free (no pause), and up to the step in which a request comes due as the loop sees
+        it (``until_due``). Each step is the one the loop would take."""
+        p, bs = self.p, self.p.block_size
+        a = active
+        n = a.size
+        if n > min(p.max_num_seqs, p.max_num_batched_tokens) or context[a].any():
+            return False
+        k = self.steps_before_due(int((self.output[a] - gen[a]).min()) - 1, n, self.due())
+        if k < 1:
+            return False
+        j = np.arange(1, k + 1)
+        if utilize:  # (the j-th step's decode takes the blocks of its next token)
+            total = self.prompt[a] + self.output[a]
+            grown = np.maximum(held[a][:, None], _blocks(np.minimum(tokens[a][:, None] + j, total[:, None]), bs))
+            blocks = grown.sum(axis=0)
+            k = min(k, int(np.searchsorted(blocks, p.kv_blocks, side="right")))
+            if k < 1:
+                return False
+        dur = self.steps.decode_steps(n, float(_sum(computed[a])) / n + j[:k]) + p.step_overhead_s
+        k = self.until_due(dur, self.due())
+        dur = dur[:k]
+        ends = self.record_run(dur, n, blocks[:k].tolist() if utilize else [reserved] * k)
+        self.itl.append((ends[0] - self.last_token[a], 1))  # (each request's gap to the first,
+        if k > 1:  # then every later step's, once for each request)
+            self.itl.append((dur[1:], n))
+        if utilize:
+            held[a] = grown[:, k - 1]
+        computed[a] += k
+        gen[a] += k
+        tokens[a] += k
+        self.last_token[a] = ends[-1]
+        return True
 
     def _max_utilization(self, active: np.ndarray, tokens, computed, held, context) -> np.ndarray:
         """TensorRT-LLM's MaxUtilizationScheduler over the active requests, in order: each
