@@ -473,6 +473,19 @@ class _Sim:
         self.formed = float(ends[-1] - dur[-1]) if self.p.overlap else None
         return ends
 
+    def decoded(self, ids: np.ndarray, dur: np.ndarray, ends: np.ndarray, computed, gen, tokens) -> None:
+        """Requests ``ids`` decoded a token in each of the steps of durations ``dur`` just
+        run (``record_run``'s, ending at ``ends``): their gaps (each request's to the first,
+        then every later step's, once for each request), their counts, their last token's time."""
+        k = dur.size
+        self.itl.append((ends[0] - self.last_token[ids], 1))
+        if k > 1:
+            self.itl.append((dur[1:], ids.size))
+        computed[ids] += k
+        gen[ids] += k
+        tokens[ids] += k
+        self.last_token[ids] = ends[-1]
+
     def record(self, start: float, duration: float, tokens: int, seqs: int, blocks: int) -> None:
         """A step from ``start``; with the overlap scheduler the next batch is formed as it starts."""
         self.formed = start if self.p.overlap else None
@@ -759,9 +772,10 @@ class _VllmV1(_Sim):
     def _decode_stretch(self, run: _Running, want, waiting, tokens, free) -> bool:
         """Steps in which nothing but the running requests' decodes can happen, taken at
         once: every running request decodes, no waiting request can be admitted (none
-        waits, or no room or blocks for the first), up to the step in which a request is
-        due or the blocks would run out (which the step-by-step loop then handles), and up
-        to the first running request's finish, unless nothing waits or may be sent before
+        waits, or no room or blocks for the first), up to the step after which the loop
+        would see a request come due (``until_due``) or the blocks would run out (which the
+        step-by-step loop then handles), and up to the first running request's finish,
+        unless nothing waits or may be sent before
         the stretch ends (then the batch goes on without those that finish, as the loop
         would take it). Each step is the one the loop would take."""
         p = self.p
@@ -1172,11 +1186,9 @@ class _SGLang(_Sim):
                 used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
             ids = np.array(running)
             ctx = computed[ids] + 1
-            dur = self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0, len(running))
-            if p.eager_decode_above is not None and len(running) > p.eager_decode_above:  # (past its graphs)
-                dur = joined(p.decode_host_s, dur, self.steps.profile)
-                self.eager_decode_steps += 1
-            dur += p.step_overhead_s
+            dur, past = self._paced(len(running), self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0,
+                                                                    len(running)))
+            self.eager_decode_steps += past
             self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
             self.now += dur
             computed[ids] = ctx
@@ -1213,25 +1225,25 @@ class _SGLang(_Sim):
         if k < 1:
             return None
         j = np.arange(1, k + 1)
-        dur = self.steps.decode_steps(n, float(_sum(computed[ids])) / n + j)
-        eager = p.eager_decode_above is not None and n > p.eager_decode_above  # (past its graphs)
-        if eager:
-            dur = joined(p.decode_host_s, dur, self.steps.profile)
-        dur = dur + p.step_overhead_s
+        dur, past = self._paced(n, self.steps.decode_steps(n, float(_sum(computed[ids])) / n + j))
         k = self.until_due(dur, due)
         dur, j = dur[:k], j[:k]
-        self.eager_decode_steps += k if eager else 0
+        self.eager_decode_steps += k if past else 0
         ends = self.record_run(dur, n, (-(-(used + n * j) // p.block_size)).tolist())
-        self.itl.append((ends[0] - self.last_token[ids], 1))  # (each request's gap to the first,
-        if k > 1:  # then every later step's, once for each request)
-            self.itl.append((dur[1:], n))
+        self.decoded(ids, dur, ends, computed, gen, tokens)
         for _ in range(k):  # (step by step, as the loop takes it: the same floats)
             ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
-        computed[ids] += k
-        gen[ids] += k
-        tokens[ids] += k
-        self.last_token[ids] = ends[-1]
         return used + n * k, ratio
+
+    def _paced(self, n: int, gpu_s):
+        """A decode step of ``n`` requests (or a run of them: an array) from its GPU time:
+        past the largest CUDA graph, the slower of that and the host's time for a pass; then
+        the host's time between steps. (Its time, whether it ran past the graphs.)"""
+        p = self.p
+        past = p.eager_decode_above is not None and n > p.eager_decode_above
+        if past:
+            gpu_s = joined(p.decode_host_s, gpu_s, self.steps.profile)
+        return gpu_s + p.step_overhead_s, past
 
     def _prebuilt(self, running: list, tokens, computed, gen, used: int, capacity: int) -> tuple:
         """Requests whose prompt KV a prefill server sent join the running batch (a hook:
@@ -1431,7 +1443,8 @@ class _TrtLlm(_Sim):
         n = a.size
         if n > min(p.max_num_seqs, p.max_num_batched_tokens) or context[a].any():
             return False
-        k = self.steps_before_due(int((self.output[a] - gen[a]).min()) - 1, n, self.due())
+        due = self.due()
+        k = self.steps_before_due(int((self.output[a] - gen[a]).min()) - 1, n, due)
         if k < 1:
             return False
         j = np.arange(1, k + 1)
@@ -1443,18 +1456,12 @@ class _TrtLlm(_Sim):
             if k < 1:
                 return False
         dur = self.steps.decode_steps(n, float(_sum(computed[a])) / n + j[:k]) + p.step_overhead_s
-        k = self.until_due(dur, self.due())
+        k = self.until_due(dur, due)
         dur = dur[:k]
         ends = self.record_run(dur, n, blocks[:k].tolist() if utilize else [reserved] * k)
-        self.itl.append((ends[0] - self.last_token[a], 1))  # (each request's gap to the first,
-        if k > 1:  # then every later step's, once for each request)
-            self.itl.append((dur[1:], n))
+        self.decoded(a, dur, ends, computed, gen, tokens)
         if utilize:
             held[a] = grown[:, k - 1]
-        computed[a] += k
-        gen[a] += k
-        tokens[a] += k
-        self.last_token[a] = ends[-1]
         return True
 
     def _max_utilization(self, active: np.ndarray, tokens, computed, held, context) -> np.ndarray:

@@ -60,6 +60,16 @@ def _parts_of(tokens: np.ndarray, context: np.ndarray, decode: np.ndarray) -> tu
             float(_sum(t * c)) / chunk_tokens if chunk_tokens else 0.0)
 
 
+def _bracket(axis: list, x: float) -> tuple:
+    """Where ``x`` falls on a sorted ``axis`` (plain floats): the index of the point at or
+    below it (the first or the last but one off the axis's ends) and its weight towards the
+    next, held to [0, 1] (the ends' values off the axis)."""
+    i = bisect.bisect_right(axis, x) - 1
+    i = 0 if i < 0 else len(axis) - 2 if i > len(axis) - 2 else i
+    w = (x - axis[i]) / (axis[i + 1] - axis[i])
+    return i, 0.0 if w < 0.0 else 1.0 if w > 1.0 else w
+
+
 class LogTable:
     """A positive quantity tabulated over a grid of positive axes, read by multilinear
     interpolation of its logarithm in the logarithms of the axes (exact at the grid's
@@ -84,11 +94,8 @@ class LogTable:
     def _lookup(self, x: tuple) -> float:
         corners, weights = [self._z], []
         for a, v in zip(self._axes, x):
-            lv = math.log(v)
-            i = bisect.bisect_right(a, lv) - 1
-            i = 0 if i < 0 else len(a) - 2 if i > len(a) - 2 else i
-            w = (lv - a[i]) / (a[i + 1] - a[i])
-            weights.append(0.0 if w < 0.0 else 1.0 if w > 1.0 else w)
+            i, w = _bracket(a, math.log(v))
+            weights.append(w)
             corners = [c for node in corners for c in (node[i], node[i + 1])]  # (the first axis varies slowest)
         for w in weights:  # (contract one axis at a time, the first first)
             h = len(corners) >> 1
@@ -203,10 +210,7 @@ class StepTimes:
         row = self._rows.get(n)
         if row is None:
             t = self.attention_decode
-            a = t._axes[0]
-            ln = math.log(n)
-            i = min(max(bisect.bisect_right(a, ln) - 1, 0), len(a) - 2)
-            w = min(max((ln - a[i]) / (a[i + 1] - a[i]), 0.0), 1.0)
+            i, w = _bracket(t._axes[0], math.log(n))
             row = self._rows[n] = t.log_z[i] * (1 - w) + t.log_z[i + 1] * w
         return row
 
@@ -215,14 +219,7 @@ class StepTimes:
         row = self._row_lists.get(n)
         if row is None:
             row = self._row_lists[n] = self._decode_row(n).tolist()
-        a = self.attention_decode._axes[1]
-        lc = math.log(context)
-        i = min(max(bisect.bisect_right(a, lc) - 1, 0), len(a) - 2)
-        if lc <= a[0]:
-            return math.exp(row[0])
-        if lc >= a[-1]:
-            return math.exp(row[-1])
-        w = (lc - a[i]) / (a[i + 1] - a[i])
+        i, w = _bracket(self.attention_decode._axes[1], math.log(context))
         return math.exp(row[i] * (1 - w) + row[i + 1] * w)
 
     def decode_attention(self, n: int, context):
