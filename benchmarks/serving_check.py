@@ -15,7 +15,10 @@ without CUDA graphs (``eager_prefill``) and decode batches past 160 without them
 ShareGPT shape (``--dataset sharegpt``); inference-perf's shared_prefix points are re-created
 as its client sent them (``shared_prefix_requests``), with vLLM's prefix cache on as their
 servers ran it, and the limits a point states (``max_num_batched_tokens``, ``max_num_seqs``)
-are passed on. Where a point says ``lengths_from_totals`` (its client
+are passed on. A later stage of one server's run (``after``: the earlier stage's point and
+when the later one's first request arrived) is simulated after the earlier stage's requests on
+the same simulated server, its prefix cache as they left it, and only its own requests are
+measured (serve's ``warmup``). Where a point says ``lengths_from_totals`` (its client
 let requests stop at an end-of-sequence token), the drawn lengths are scaled to the token
 totals it printed. Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
@@ -93,28 +96,13 @@ def simulate(point: dict, samples: int):
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.serve.simulate import serve
-    from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests
 
-    ds = point["dataset"]
     spec = load_spec(_gpu(point["gpu"]))
-    rng = np.random.default_rng(SEED)
-    n = int(point["num_prompts"])
-    client = point.get("client", "")
-    rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
-    if ds["name"] == "sharegpt":
-        reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
-    elif ds["name"] == "shared_prefix":
-        reqs = shared_prefix_requests(point, rng)
-    elif ds["name"] == "fixed":
-        reqs = Requests(arrivals(n, rate, 1.0, rng), np.full(n, int(ds["input_len"])),
-                        np.full(n, int(ds["output_len"])))
-    else:
-        inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
-        outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
-        reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
-    if point.get("lengths_from_totals"):  # (no --ignore-eos: the dataset's lengths, scaled to what was sent and made)
-        reqs = Requests(reqs.arrival_s, *(_scaled(x, point["totals"][key]) for x, key in (
-            (reqs.input_tokens, "total_input_tokens"), (reqs.output_tokens, "total_output_tokens"))))
+    reqs, warmup = requests_of(point), 0
+    if point.get("after"):  # (a later stage: the earlier one's requests first, on the same server, not measured)
+        earlier = requests_of(point["after"]["point"])
+        warmup = len(earlier)
+        reqs = earlier.then(reqs, float(point["after"]["start_s"]))
     model = load_config(MODELS[point["model"]])
     d = Deployment(tp=int(point["tp"]), weights=point["weights"], **({"kv_cache": point["kv_cache"]}
                                                                      if point.get("kv_cache") else {}))
@@ -138,7 +126,34 @@ def simulate(point: dict, samples: int):
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
                  overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
                  cuda_graph_max_bs=cuda_graph_max_bs(point),
-                 max_model_len=point.get("max_model_len"), **limits, **pair)
+                 max_model_len=point.get("max_model_len"), warmup=warmup, **limits, **pair)
+
+
+def requests_of(point: dict):
+    """The requests of a point's workload as its client sent them (see the module's notes),
+    seeded alike for every point: the stages of one run draw the same prompts."""
+    from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests
+
+    ds = point["dataset"]
+    rng = np.random.default_rng(SEED)
+    n = int(point["num_prompts"])
+    client = point.get("client", "")
+    rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
+    if ds["name"] == "sharegpt":
+        reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
+    elif ds["name"] == "shared_prefix":
+        reqs = shared_prefix_requests(point, rng)
+    elif ds["name"] == "fixed":
+        reqs = Requests(arrivals(n, rate, 1.0, rng), np.full(n, int(ds["input_len"])),
+                        np.full(n, int(ds["output_len"])))
+    else:
+        inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
+        outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
+        reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
+    if point.get("lengths_from_totals"):  # (no --ignore-eos: the dataset's lengths, scaled to what was sent and made)
+        reqs = Requests(reqs.arrival_s, *(_scaled(x, point["totals"][key]) for x, key in (
+            (reqs.input_tokens, "total_input_tokens"), (reqs.output_tokens, "total_output_tokens"))))
+    return reqs
 
 
 def shared_prefix_requests(point: dict, rng):
@@ -341,6 +356,12 @@ def main() -> None:
     if args.write_residuals and (args.engine or args.data != DATA):
         raise SystemExit("--write-residuals takes every point of the default file: leave out --engine and --data")
     points = yaml.safe_load(args.data.read_text())["points"]
+    ids = {p["id"]: p for p in points}
+    for p in points:  # (a later stage of a run: the earlier stage's point, simulated first)
+        if p.get("after"):
+            if p["after"].get("point") not in ids:
+                raise SystemExit(f"{p['id']}: after.point {p['after'].get('point')!r} is no point of {args.data}")
+            p["after"] = {**p["after"], "point": ids[p["after"]["point"]]}
     skipped, rows, memory, prefill, pairs, chosen = defaultdict(int), [], [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):

@@ -173,6 +173,10 @@ def _goodput(ctx, param, values) -> dict:
               help="Shape of the gamma inter-arrival gaps (1: Poisson; lower: burstier).")
 @click.option("--concurrency", "--max-concurrency", "concurrency", type=Size(max=MAX_PROMPTS), default=None,
               help="At most this many requests in flight (a closed loop, as --max-concurrency).")
+@click.option("--num-warmups", type=Size(min=0, max=MAX_PROMPTS), default=0, show_default=True,
+              help="Warm-up requests before the measured run, as vLLM bench serve's --num-warmups: copies of the "
+                   "first request, all at once (at most --max-concurrency in flight), the measured requests sent "
+                   "from when they have finished; they warm the prefix cache and are not counted.")
 @click.option("--dataset", default="random", show_default=True,
               help="random (vLLM's random dataset: --input-len, --output-len, --range-ratio), or a public "
                    "traffic shape shipped as data: sharegpt (as vLLM's and SGLang's benchmark clients sample it), "
@@ -222,7 +226,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
-          rate, burstiness, concurrency, dataset, input_len, output_len, range_ratio, prefix_len, num_prefixes,
+          rate, burstiness, concurrency, num_warmups, dataset, input_len, output_len, range_ratio, prefix_len,
+          num_prefixes,
           prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
@@ -231,7 +236,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
-    from ..serve.simulate import slo_report
+    from ..serve.simulate import slo_report, warmed_up
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at
 
     slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
@@ -315,10 +320,17 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len,
                    prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
                    cuda_graph_max_bs=cuda_graph_max_bs)
+    if num_warmups and pd is not None:
+        raise UserError("--num-warmups is simulated for colocated replicas, not with --pd")
+    if num_warmups:
+        source["num_warmups"] = num_warmups
+        options["warmup"] = num_warmups
+        reqs = warmed_up(cfg, spec, prof, d, reqs, num_warmups, **options)
     search = None
     if max_rate:
         def make(rate):
-            return requests_at(workload, rate)
+            made = requests_at(workload, rate)
+            return warmed_up(cfg, spec, prof, d, made, num_warmups, **options) if num_warmups else made
 
         rate, _, tried = find_max_rate(cfg, spec, prof, d, make, slos, **options)
         reqs = make(rate)
@@ -397,6 +409,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                  f"{head['num_prefixes']:,})")
     if head.get("max_concurrency"):
         load += f", at most {head['max_concurrency']} in flight"
+    if head.get("num_warmups"):
+        load += f", after {head['num_warmups']:,} warm-up requests (not counted)"
     how_run = d.describe(weight_blocks=head.get("weight_block_size"))
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({how_run}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "

@@ -176,24 +176,25 @@ def _blocks(tokens, block_size: int):
 
 
 def simulate(engine: str, reqs: Requests, steps, p: EngineParams, concurrency: int | None = None,
-             progress=None, pull_s=None) -> Served:
+             progress=None, pull_s=None, warmup: int = 0) -> Served:
     """Serve ``reqs`` with ``engine`` (see the module's notes); ``steps`` prices a step
     (``StepTimes``); ``concurrency``: at most this many requests in flight (a closed loop:
     a request is sent when it is due and one in flight has finished); ``progress(k)``, if
     given, hears of every k requests finished. ``pull_s``: the engine is the decode
     instance of a disaggregated pair (vllm, sglang), each request's prompt KV in from the
     prefill instance these seconds after it is given KV there (``_VllmV1Decode``,
-    ``_SGLangDecode``)."""
+    ``_SGLangDecode``). ``warmup``: the first this many requests warm the engine (its prefix
+    cache) and are not measured: the pooled counts (inter-token gaps, preemptions, the prefix
+    cache's lookups) start when the first measured request is sent (``Served.warmup``)."""
     if pull_s is not None:
         decode = {"vllm": _VllmV1Decode, "sglang": _SGLangDecode}.get(engine)
         if decode is None or p.stages > 1:
             raise UserError(f"prefill/decode disaggregation is simulated for --engine vllm and sglang without "
                             f"pipeline stages; {engine}{' with --pp' if decode else ''}'s is not modelled yet")
         sim = decode(reqs, steps, p, concurrency, pull_s)
-        sim.progress = progress
-        return sim.run()
-    sim = engine_class(engine, p.stages)(reqs, steps, p, concurrency)
-    sim.progress = progress
+    else:
+        sim = engine_class(engine, p.stages)(reqs, steps, p, concurrency)
+    sim.progress, sim.warmup = progress, int(warmup)
     return sim.run()
 
 
@@ -426,8 +427,13 @@ class _Sim:
             self.sent[i] = self.arrival[i] if self.slots is None else max(self.arrival[i], self.slots.popleft())
             queue.append(i)
             self.next += 1
+            if i == self.warmup and i:  # (the first measured request: the pooled counts start here)
+                self.marks = (len(self.itl), self.preemptions, self.cache_queries, self.cache_hits,
+                              self.eager_decode_steps)
 
     progress = None  # progress(k): k more requests finished
+    warmup = 0  # requests before the first measured one (``simulate``)
+    marks = (0, 0, 0, 0, 0)  # the pooled counts when it was sent: gaps logged, preemptions, lookups, hits, eager steps
 
     def release(self, count: int) -> None:
         """``count`` requests finished now: with a concurrency limit, their slots free."""
@@ -498,14 +504,17 @@ class _Sim:
 
     def served(self) -> Served:
         gaps = np.zeros(0)
-        if self.itl:  # (each gap as many times as requests saw it, as a client lists them; each an array)
-            values, each = zip(*self.itl)
+        itl = self.itl[self.marks[0]:]  # (from the first measured request's send)
+        if itl:  # (each gap as many times as requests saw it, as a client lists them; each an array)
+            values, each = zip(*itl)
             sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
             gaps = np.repeat(np.concatenate(values), np.repeat(np.array(each, dtype=np.int64), sizes))
         log = {k: np.fromiter(v, dtype=float if k.endswith("_s") else np.int64, count=len(v))
                for k, v in self.log.items()}
+        _, preempted, queries, hits, eager = self.marks
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
-                      gaps, self.preemptions, log, self.cache_queries, self.cache_hits, self.eager_decode_steps)
+                      gaps, self.preemptions - preempted, log, self.cache_queries - queries, self.cache_hits - hits,
+                      self.eager_decode_steps - eager, warmup=self.warmup)
 
 
 class _Running:

@@ -41,30 +41,42 @@ class Served:
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (0: it was off)
     prefix_cache_hits: int = 0  # of them, found there
     eager_decode_steps: int = 0  # sglang: decode steps past its largest CUDA graph (run without one)
+    # requests ahead of the measured ones (they warmed the engine; the pooled counts above,
+    # itl_s too, start when the first measured request was sent; steps and the arrays hold all)
+    warmup: int = 0
 
 
 def summary(s: Served, slo_ms: dict | None = None) -> dict:
-    """The client's metrics (see the module's notes), in its JSON names."""
-    ttft = s.first_token_s - s.arrival_s
-    e2el = s.finish_s - s.arrival_s
-    many = s.output_tokens > 1
-    tpot = (e2el[many] - ttft[many]) / (s.output_tokens[many] - 1)
-    duration = float(s.finish_s.max() - s.arrival_s.min())
+    """The client's metrics (see the module's notes), in its JSON names; with warm-up requests
+    (``Served.warmup``), of the measured ones alone, the duration and steps from the first
+    measured request's send."""
+    w = s.warmup
+    arrival, first, finish = s.arrival_s[w:], s.first_token_s[w:], s.finish_s[w:]
+    inputs, outputs = s.input_tokens[w:], s.output_tokens[w:]
+    ttft = first - arrival
+    e2el = finish - arrival
+    many = outputs > 1
+    tpot = (e2el[many] - ttft[many]) / (outputs[many] - 1)
+    start = float(arrival.min())
+    duration = float(finish.max() - start)
+    steps = s.steps["start_s"]
     out: dict = {
-        "completed": int(s.arrival_s.size),
+        "completed": int(arrival.size),
         "duration_s": duration,
-        "total_input_tokens": int(s.input_tokens.sum()),
-        "total_output_tokens": int(s.output_tokens.sum()),
-        "request_throughput": s.arrival_s.size / duration,
-        "output_throughput": float(s.output_tokens.sum()) / duration,
-        "total_token_throughput": float(s.input_tokens.sum() + s.output_tokens.sum()) / duration,
+        "total_input_tokens": int(inputs.sum()),
+        "total_output_tokens": int(outputs.sum()),
+        "request_throughput": arrival.size / duration,
+        "output_throughput": float(outputs.sum()) / duration,
+        "total_token_throughput": float(inputs.sum() + outputs.sum()) / duration,
         "preemptions": s.preemptions,
-        "steps": int(len(s.steps["duration_s"])),
+        "steps": int(np.count_nonzero(steps >= start) if w else len(steps)),
     }
+    if w:
+        out["warmup_requests"] = int(w)
     if s.prefix_cache_queries:  # (as vLLM logs its "Prefix cache hit rate")
         out["prefix_cache_hit_rate"] = s.prefix_cache_hits / s.prefix_cache_queries
     for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", s.itl_s), ("e2el", e2el),
-                    ("queue", s.scheduled_s - s.arrival_s)):
+                    ("queue", s.scheduled_s[w:] - arrival)):
         ms = np.asarray(x, dtype=float) * 1e3
         if ms.size == 0:
             ms = np.zeros(1)
@@ -74,9 +86,9 @@ def summary(s: Served, slo_ms: dict | None = None) -> dict:
         for p in PERCENTILES[1:]:
             out[f"p{p}_{name}_ms"] = float(np.percentile(ms, p))
     if slo_ms:
-        good = np.ones(s.arrival_s.size, dtype=bool)
+        good = np.ones(arrival.size, dtype=bool)
         per = {"ttft": ttft, "e2el": e2el}
-        full_tpot = np.zeros(s.arrival_s.size)
+        full_tpot = np.zeros(arrival.size)
         full_tpot[many] = tpot
         per["tpot"] = full_tpot
         for key, limit in slo_ms.items():

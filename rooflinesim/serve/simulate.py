@@ -31,7 +31,7 @@ from .engine import EngineParams, engine_class, simulate
 from .metrics import Served, summary
 from .residual import APPLIES_TO, log_sigma, met_probability, shipped, widen
 from .steps import StepTimes
-from .traffic import Requests
+from .traffic import Requests, with_warmups
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           capacity_policy: str | None = None, chunked_context: bool | None = None,
           request_overhead_s: float | None = None, eager_prefill: bool = False,
           max_model_len: int | str | None = None, prefix_caching: bool | None = None,
-          disable_cascade_attn: bool = False, cuda_graph_max_bs: int | None = None) -> ServeResult:
+          disable_cascade_attn: bool = False, cuda_graph_max_bs: int | None = None,
+          warmup: int = 0) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -352,7 +353,10 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     ``cuda_graph_max_bs`` (sglang): the largest decode batch run from a CUDA graph, a larger
     one paced by the slower of its GPU time and the host's for a pass without a graph
     (None: SGLang's default for the GPU and TP, ``sglang_cuda_graph_max_bs``; 0: none
-    captured, as --disable-cuda-graph runs decode)."""
+    captured, as --disable-cuda-graph runs decode). ``warmup``: the first this many requests
+    (in ``reqs``' order) run on the engine before and among the others but are not measured:
+    the metrics are the rest's, as a benchmark's later stage on a server an earlier stage
+    warmed (its prefix cache) is measured (``metrics.summary``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     prefix_caching = prefix_caching_of(engine, prefix_caching)
@@ -373,7 +377,13 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                        cuda_graph_max_bs=cuda_graph_max_bs)
     if capacity_policy not in (None, "guaranteed_no_evict", "max_utilization"):
         raise UserError(f"unknown capacity policy '{capacity_policy}'; known: guaranteed_no_evict, max_utilization")
+    warmup = int(warmup)
+    if not 0 <= warmup < len(reqs):
+        raise UserError(f"warm-up requests must be at least 0 and fewer than the {len(reqs):,} requests; "
+                        f"got {warmup:,}")
     if pd is not None:
+        if warmup:
+            raise UserError("warm-up requests are simulated for colocated replicas, not with --pd")
         return replace(_serve_pd(model, spec, profile, d, reqs, pd, decode_tp, decode_gpu, kv_link, engine=engine,
                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_tokens,
@@ -404,11 +414,27 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
-                         progress)
+                         progress, warmup)
 
     return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp, given=given,
                                              eager_prefill_host_s=p.prefill_host_s), [profile], engine, slo_ms,
                            interval_samples, seed)
+
+
+def warmed_up(model, spec, profile, d: Deployment, reqs: Requests, count: int, **options) -> Requests:
+    """``reqs`` after ``count`` warm-up copies of the first, as vLLM bench serve's
+    ``--num-warmups`` sends them (``traffic.with_warmups``): the measured requests from when
+    the copies, simulated alone with ``options`` as ``serve`` takes them, have finished.
+    Serve the result with ``warmup=count``. (An interval's draws reuse this start: a slower
+    draw's copies may still be finishing as the measured requests begin.)"""
+    if count == 0:
+        return reqs
+    if options.get("pd") is not None:
+        raise UserError("warm-up requests are simulated for colocated replicas, not with --pd")
+    copies = with_warmups(reqs, count, 0.0).take(slice(0, count))
+    alone = {**options, "interval_samples": 0, "slo_ms": None, "warmup": 0, "progress": None}
+    done = serve(model, spec, profile, d, copies, **alone)
+    return with_warmups(reqs, count, float(done.served.finish_s.max()))
 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,
@@ -567,10 +593,15 @@ def serving_sigmas(engine: str) -> dict:
     return dict(shipped()["sigmas"]) if engine in APPLIES_TO else {}
 
 
-def _replicas(engine, reqs, steps, p, dp: int, concurrency, progress=None) -> Served:
+def _replicas(engine, reqs, steps, p, dp: int, concurrency, progress=None, warmup: int = 0) -> Served:
+    """``reqs`` dealt round robin over ``dp`` replicas (each its share of a closed loop's
+    slots and of the ``warmup`` requests), the replicas' requests back in ``reqs``' order."""
+    k = min(dp, len(reqs))
     parts = [simulate(engine, _every(reqs, i, dp), steps, p, None if concurrency is None else
-                      max(1, _share(concurrency, dp, i)), progress) for i in range(min(dp, len(reqs)))]
-    return parts[0] if len(parts) == 1 else _merge(parts)
+                      max(1, _share(concurrency, dp, i)), progress, warmup=len(range(i, warmup, dp)))
+             for i in range(k)]
+    return parts[0] if k == 1 else _merge(parts, np.concatenate([np.arange(i, len(reqs), dp) for i in range(k)]),
+                                          warmup)
 
 
 _STEP_TABLES: dict = {}
@@ -605,13 +636,21 @@ def _every(reqs: Requests, i: int, k: int) -> Requests:
     return reqs.take(slice(i, None, k))
 
 
-def _merge(parts: list) -> Served:
-    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+def _merge(parts: list, index: np.ndarray, warmup: int) -> Served:
+    """The replicas' runs as one, each request at its place (``index``: the requests'
+    places, in the parts' order)."""
+    order = np.empty_like(index)
+    order[index] = np.arange(index.size)
+
+    def cat(name: str) -> np.ndarray:
+        x = np.concatenate([getattr(p, name) for p in parts])
+        return x if name == "itl_s" else x[order]
+
     steps = {k: np.concatenate([p.steps[k] for p in parts]) for k in parts[0].steps}
     return Served(cat("arrival_s"), cat("input_tokens"), cat("output_tokens"), cat("scheduled_s"),
                   cat("first_token_s"), cat("finish_s"), cat("itl_s"), sum(p.preemptions for p in parts), steps,
                   sum(p.prefix_cache_queries for p in parts), sum(p.prefix_cache_hits for p in parts),
-                  sum(p.eager_decode_steps for p in parts))
+                  sum(p.eager_decode_steps for p in parts), warmup=warmup)
 
 
 def slo_report(metrics: dict, slos: dict, draws: list | None = None, serving: dict | None = None) -> dict:

@@ -63,6 +63,30 @@ class Requests:
         part = (None if x is None else x[index] for x in (self.prefix_id, self.prefix_tokens))
         return Requests(self.arrival_s[index], self.input_tokens[index], self.output_tokens[index], *part)
 
+    def then(self, later: "Requests", start_s: float) -> "Requests":
+        """These requests, then ``later``'s from ``start_s`` on (its arrivals shifted so); the
+        prefix columns padded with none where one side has fewer levels."""
+        n, m = len(self), len(later)
+        if self.prefix_id is None and later.prefix_id is None:
+            part = (None, None)
+        else:
+            sides = [r._levels() for r in (self, later)]
+            levels = max(ids.shape[1] for ids, _ in sides)
+            ids, tokens = (np.concatenate([np.pad(side[k], ((0, 0), (0, levels - side[k].shape[1])),
+                                                  constant_values=-1 if k == 0 else 0) for side in sides])
+                           for k in (0, 1))
+            part = (ids[:, 0], tokens[:, 0]) if levels == 1 else (ids, tokens)
+        return Requests(np.concatenate([self.arrival_s, later.arrival_s + float(start_s)]),
+                        np.concatenate([self.input_tokens, later.input_tokens]),
+                        np.concatenate([self.output_tokens, later.output_tokens]), *part) if n + m else self
+
+    def _levels(self) -> tuple:
+        """The prefix ids and tokens as (requests, levels) arrays (no levels: none)."""
+        n = len(self)
+        if self.prefix_id is None:
+            return np.zeros((n, 0), dtype=np.int64), np.zeros((n, 0), dtype=np.int64)
+        return self.prefix_id.reshape(n, -1), self.prefix_tokens.reshape(n, -1)
+
     def longest_prefix(self) -> np.ndarray:
         """Each request's longest shared prefix, in tokens (0: none)."""
         if self.prefix_id is None:
@@ -83,6 +107,32 @@ class Requests:
         ids = np.random.default_rng([seed, 1]).integers(0, num_prefixes, size=n)
         return Requests(self.arrival_s, self.input_tokens + prefix_len, self.output_tokens, ids,
                         np.full(n, prefix_len, dtype=np.int64))
+
+
+def with_warmups(reqs: Requests, count: int, start_s: float) -> Requests:
+    """vLLM bench serve's ``--num-warmups``: ``count`` copies of the first request, all sent at
+    t = 0 (its client caps them at --max-concurrency in flight), then ``reqs`` from ``start_s``
+    on (when the copies have finished: its client waits for them). A copy sends the first
+    request's prompt token for token, so a prefix cache holds that prompt for it: the first
+    request and its copies share a prefix of its whole prompt (one more level of nested
+    prefixes where it had a shorter one)."""
+    if count == 0:
+        return reqs
+    first = reqs.take(slice(0, 1))
+    whole = int(first.input_tokens[0])
+    if int(first.longest_prefix()[0]) < whole:
+        ids, tokens = (x.copy() for x in reqs._levels())
+        free = np.flatnonzero(ids[0] < 0)
+        level = int(free[0]) if free.size else ids.shape[1]
+        if level == ids.shape[1]:
+            ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=-1)
+            tokens = np.pad(tokens, ((0, 0), (0, 1)))
+        ids[0, level], tokens[0, level] = ids[:, level].max() + 1, whole
+        part = (ids[:, 0], tokens[:, 0]) if ids.shape[1] == 1 else (ids, tokens)
+        reqs = Requests(reqs.arrival_s, reqs.input_tokens, reqs.output_tokens, *part)
+    copies = reqs.take(np.zeros(count, dtype=np.int64))
+    return Requests(np.zeros(count), copies.input_tokens, copies.output_tokens, copies.prefix_id,
+                    copies.prefix_tokens).then(reqs, start_s)
 
 
 def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
