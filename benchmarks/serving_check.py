@@ -90,6 +90,18 @@ def _scaled(lengths: np.ndarray, total: int) -> np.ndarray:
     return np.maximum(np.rint(lengths * (float(total) / float(lengths.sum()))), 1).astype(np.int64)
 
 
+def load_points(path: Path) -> list:
+    """The points of a file, each later stage's ``after.point`` resolved to its earlier stage's point."""
+    points = yaml.safe_load(path.read_text())["points"]
+    ids = {p["id"]: p for p in points}
+    for p in points:
+        if p.get("after"):
+            if p["after"].get("point") not in ids:
+                raise SystemExit(f"{p['id']}: after.point {p['after'].get('point')!r} is no point of {path}")
+            p["after"] = {**p["after"], "point": ids[p["after"]["point"]]}
+    return points
+
+
 def simulate(point: dict, samples: int):
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
@@ -355,13 +367,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.write_residuals and (args.engine or args.data != DATA):
         raise SystemExit("--write-residuals takes every point of the default file: leave out --engine and --data")
-    points = yaml.safe_load(args.data.read_text())["points"]
-    ids = {p["id"]: p for p in points}
-    for p in points:  # (a later stage of a run: the earlier stage's point, simulated first)
-        if p.get("after"):
-            if p["after"].get("point") not in ids:
-                raise SystemExit(f"{p['id']}: after.point {p['after'].get('point')!r} is no point of {args.data}")
-            p["after"] = {**p["after"], "point": ids[p["after"]["point"]]}
+    points = load_points(args.data)
     skipped, rows, memory, prefill, pairs, chosen = defaultdict(int), [], [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):
