@@ -1,7 +1,7 @@
 """`rooflinesim serve` against published serving benchmarks (benchmarks/data/published_serving.yaml).
 
     python benchmarks/serving_check.py [--samples 10] [--points] [--write-residuals] [--engine E] [--jobs N]
-        [--data FILE]
+        [--data FILE] [--seed S] [--arrivals-from REPO]
 
 Every point of the file whose workload can be re-created is simulated: the random dataset
 (with the semantics of the client that printed it: SGLang's bench_serving draws each length
@@ -18,7 +18,10 @@ servers ran it, and the limits a point states (``max_num_batched_tokens``, ``max
 are passed on. A later stage of one server's run (``after``: the earlier stage's point and
 when the later one's first request arrived) is simulated after the earlier stage's requests on
 the same simulated server, its prefix cache as they left it, and only its own requests are
-measured (serve's ``warmup``). Where a point says ``lengths_from_totals`` (its client
+measured (serve's ``warmup``). ``--seed`` draws the workloads (and the interval draws) anew:
+a P99 near capacity moves a lot between draws. ``--arrivals-from`` sends the points of the
+BLIS team's runs at the arrivals each run recorded (blis_replay.py; their lengths stay
+drawn), read from a clone of their repository. Where a point says ``lengths_from_totals`` (its client
 let requests stop at an end-of-sequence token), the drawn lengths are scaled to the token
 totals it printed. Points of vLLM 0.6 are skipped (its V0 scheduler
 ran them, with multi-step scheduling: not the scheduler serve runs), and so are points on
@@ -134,7 +137,8 @@ def simulate(point: dict, samples: int):
         pair = dict(pd=(int(point["pd"]["prefill"]), int(point["pd"]["decode"])),
                     kv_link=Link(spec.interconnect.link_bandwidth_bytes_per_s))
     return serve(model, spec, resolve_profile(spec, None), d, reqs,
-                 engine=point["engine"], interval_samples=samples, seed=SEED, concurrency=point.get("max_concurrency"),
+                 engine=point["engine"], interval_samples=samples, seed=point.get("seed", SEED),
+                 concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
                  overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
                  cuda_graph_max_bs=cuda_graph_max_bs(point),
@@ -146,13 +150,13 @@ def requests_of(point: dict):
     seeded alike for every point: the stages of one run draw the same prompts."""
     from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests
 
-    ds = point["dataset"]
-    rng = np.random.default_rng(SEED)
+    ds, seed = point["dataset"], point.get("seed", SEED)
+    rng = np.random.default_rng(seed)
     n = int(point["num_prompts"])
     client = point.get("client", "")
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     if ds["name"] == "sharegpt":
-        reqs = dataset_requests("sharegpt", n, rate=rate, seed=SEED)
+        reqs = dataset_requests("sharegpt", n, rate=rate, seed=seed)
     elif ds["name"] == "shared_prefix":
         reqs = shared_prefix_requests(point, rng)
     elif ds["name"] == "fixed":
@@ -162,6 +166,9 @@ def requests_of(point: dict):
         inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
         outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
         reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
+    if point.get("arrivals_s") is not None:  # (--arrivals-from: the run's own arrivals, its lengths drawn)
+        reqs = Requests(np.asarray(point["arrivals_s"], dtype=float), reqs.input_tokens, reqs.output_tokens,
+                        reqs.prefix_id, reqs.prefix_tokens)
     if point.get("lengths_from_totals"):  # (no --ignore-eos: the dataset's lengths, scaled to what was sent and made)
         reqs = Requests(reqs.arrival_s, *(_scaled(x, point["totals"][key]) for x, key in (
             (reqs.input_tokens, "total_input_tokens"), (reqs.output_tokens, "total_output_tokens"))))
@@ -364,10 +371,27 @@ def main() -> None:
     ap.add_argument("--engine", action="append", help="only the points of this engine (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points simulated at once (processes)")
     ap.add_argument("--data", type=Path, default=DATA, help="the points' file (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=SEED, help="the workloads' and the interval draws' seed "
+                                                          "(default: %(default)s, as the residual was measured)")
+    ap.add_argument("--arrivals-from", type=Path, default=None, metavar="REPO",
+                    help="a clone of inference-sim/training: its points sent at the run's own recorded arrivals "
+                         "(replay_data), not drawn ones")
     args = ap.parse_args()
-    if args.write_residuals and (args.engine or args.data != DATA):
-        raise SystemExit("--write-residuals takes every point of the default file: leave out --engine and --data")
+    if args.write_residuals and (args.engine or args.data != DATA or args.seed != SEED or args.arrivals_from):
+        raise SystemExit("--write-residuals takes every point of the default file at the default seed and drawn "
+                         "arrivals: leave out --engine, --data, --seed and --arrivals-from")
     points = load_points(args.data)
+    for p in points:  # (in place: a later stage's after.point is its earlier stage's dict)
+        p["seed"] = args.seed
+    if args.arrivals_from is not None:
+        from blis_replay import stage_arrivals, stage_of
+
+        for p in points:
+            if stage_of(p) is not None:
+                p["arrivals_s"] = stage_arrivals(args.arrivals_from, p)
+                if len(p["arrivals_s"]) != int(p["num_prompts"]):
+                    raise SystemExit(f"{p['id']}: the run recorded {len(p['arrivals_s']):,} arrivals in its stage, "
+                                     f"the point says {int(p['num_prompts']):,} prompts")
     skipped, rows, memory, prefill, pairs, chosen = defaultdict(int), [], [], [], [], []
     for p in points:
         if p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6"):

@@ -23,36 +23,12 @@ commit the points cite, whichever is checked out.
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SOURCE = re.compile(
-    r"inference-sim/training/blob/(?P<commit>[0-9a-f]{40})/default_args/(?P<exp>[^/]+)/results/stage_(?P<stage>\d+)_"
-)
-
-
-def read(repo: Path, commit: str, path: str) -> object:
-    git = ["git", "--git-dir", str(repo / ".git")] if (repo / ".git").exists() else ["git", "--git-dir", str(repo)]
-    shown = subprocess.run([*git, "show", f"{commit}:{path}"], capture_output=True, check=True)
-    return json.loads(shown.stdout)
-
-
-def stages(arrivals_s: np.ndarray, count: int) -> np.ndarray:
-    """Each request's stage: the stages are split at the `count - 1` longest pauses between arrivals
-    (the client pauses a few seconds between stages; at these rates arrivals are well under that apart)."""
-    order = np.argsort(arrivals_s, kind="stable")
-    gaps = np.diff(arrivals_s[order])
-    cut = np.zeros(len(gaps), dtype=int)
-    cut[np.argsort(gaps)[len(gaps) - (count - 1):]] = 1
-    stage = np.empty(len(arrivals_s), dtype=int)
-    stage[order] = np.concatenate([[0], np.cumsum(cut)])
-    return stage
 
 
 def figure(ttft_s: np.ndarray) -> str:
@@ -69,6 +45,7 @@ def main() -> None:
     args = ap.parse_args()
 
     sys.path.insert(0, str(HERE))
+    from blis_replay import run, stage_of
     from serving_check import load_points
     from serving_check import simulate as simulated
 
@@ -77,22 +54,12 @@ def main() -> None:
     sim = f" simulated | simulated, {cut} |" if args.simulate else ""
     print(f"| point | published P99 / median TTFT ms | from the files | {cut} | requests left out |{sim}")
     print("|---|---|---|---|---|" + ("---|---|" if args.simulate else ""))
-    cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for point in points:
-        m = SOURCE.search(point.get("source", ""))
-        if not m:
+        if stage_of(point) is None:
             continue
-        exp, commit, want = m["exp"], m["commit"], int(m["stage"])
-        if exp not in cache:
-            replay = read(args.repo, commit, f"replay_data/{exp}.json")["requests"]
-            truth = {r["index"]: r for r in read(args.repo, commit, f"replay_data/{exp}_ground_truth.json")}
-            arrival_s = np.array([r["arrival_time_us"] for r in replay]) / 1e6
-            ok = np.array([not r["has_error"] and not truth[r["index"]]["has_error"] for r in replay])
-            ttft_s = np.array([truth[r["index"]].get("ttft_s", np.nan) for r in replay])
-            cache[exp] = (arrival_s, ok, ttft_s)
-        arrival_s, ok, ttft_s = cache[exp]
-        of = re.search(r"stage \d+ of (\d+)", point.get("where", ""))
-        stage = stages(arrival_s, int(of[1]) if of else 1)
+        want = stage_of(point)[2]
+        r = run(args.repo, point)
+        arrival_s, ok, ttft_s, stage = r["arrival_s"], r["ok"], r["ttft_s"], r["stage"]
         mine = (stage == want) & ok
         late = mine & (arrival_s >= arrival_s[stage == want].min() + args.skip_s)
         pub = point["metrics"]
