@@ -5,7 +5,9 @@
 
 Every point of the file whose workload can be re-created is simulated: the random dataset
 (with the semantics of the client that printed it: SGLang's bench_serving draws each length
-uniformly from [range_ratio x L, L]), its rate and number of prompts, the engine (vllm or
+uniformly from [range_ratio x L, L], and it, like vLLM's benchmark_serving.py before 0.10,
+sends the gaps between requests as drawn, not rescaled to the rate as serve's vLLM-style
+default does: ``fill=False``), its rate and number of prompts, the engine (vllm or
 sglang, at the defaults the source left in place), model, GPU, tensor parallelism and
 weights, and the KV-cache tokens and block size the server's own log states (``logged``;
 where it states none, the memory planner's); SGLang before 0.3.6 without its overlap
@@ -156,16 +158,16 @@ def requests_of(point: dict):
     client = point.get("client", "")
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     if ds["name"] == "sharegpt":
-        reqs = dataset_requests("sharegpt", n, rate=rate, seed=seed)
+        reqs = dataset_requests("sharegpt", n, rate=rate, seed=seed, fill=False)
     elif ds["name"] == "shared_prefix":
         reqs = shared_prefix_requests(point, rng)
     elif ds["name"] == "fixed":
-        reqs = Requests(arrivals(n, rate, 1.0, rng), np.full(n, int(ds["input_len"])),
+        reqs = Requests(arrivals(n, rate, 1.0, rng, fill=False), np.full(n, int(ds["input_len"])),
                         np.full(n, int(ds["output_len"])))
     else:
         inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
         outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
-        reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng), inputs, outputs)
+        reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng, fill=False), inputs, outputs)
     if point.get("arrivals_s") is not None:  # (--arrivals-from: the run's own arrivals, its lengths drawn)
         reqs = Requests(np.asarray(point["arrivals_s"], dtype=float), reqs.input_tokens, reqs.output_tokens,
                         reqs.prefix_id, reqs.prefix_tokens)

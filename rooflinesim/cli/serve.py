@@ -171,6 +171,13 @@ def _goodput(ctx, param, values) -> dict:
               help="Requests per second (gamma gaps of --burstiness; 1: Poisson), or inf: all at t = 0.")
 @click.option("--burstiness", type=Real(min=0, max=1e6, min_open=True), default=1.0, show_default=True,
               help="Shape of the gamma inter-arrival gaps (1: Poisson; lower: burstier).")
+@click.option("--ramp-up-strategy", type=click.Choice(["linear", "exponential"]), default=None,
+              help="Raise the request rate over the run from --ramp-up-start-rps to --ramp-up-end-rps, linear or "
+                   "exponential in the request's index, as vLLM bench serve's ramp-up (in place of --rate).")
+@click.option("--ramp-up-start-rps", type=Real(min=0, max=MAX_RATE, min_open=True), default=None,
+              help="The ramp-up's first rate, requests per second.")
+@click.option("--ramp-up-end-rps", type=Real(min=0, max=MAX_RATE, min_open=True), default=None,
+              help="The ramp-up's last rate, requests per second.")
 @click.option("--concurrency", "--max-concurrency", "concurrency", type=Size(max=MAX_PROMPTS), default=None,
               help="At most this many requests in flight (a closed loop, as --max-concurrency).")
 @click.option("--num-warmups", type=Size(min=0, max=MAX_PROMPTS), default=0, show_default=True,
@@ -226,7 +233,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
-          rate, burstiness, concurrency, num_warmups, dataset, input_len, output_len, range_ratio, prefix_len,
+          rate, burstiness, ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, concurrency, num_warmups, dataset,
+          input_len, output_len, range_ratio, prefix_len,
           num_prefixes,
           prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
@@ -250,6 +258,22 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         raise UserError("--num-prefixes goes with --prefix-len (the length of each shared prefix)")
     if max_rate and trace_file is not None:
         raise UserError("--max-rate varies the request rate of the random dataset; a --trace has its own arrivals")
+    ramp = None
+    if ramp_up_strategy is None and (ramp_up_start_rps is not None or ramp_up_end_rps is not None):
+        raise UserError("--ramp-up-start-rps and --ramp-up-end-rps go with --ramp-up-strategy")
+    if ramp_up_strategy is not None:
+        if ramp_up_start_rps is None or ramp_up_end_rps is None:
+            raise UserError("--ramp-up-strategy needs both --ramp-up-start-rps and --ramp-up-end-rps")
+        if ramp_up_start_rps > ramp_up_end_rps:
+            raise UserError(f"the ramp-up's start rate ({ramp_up_start_rps:g}) must be at most its end rate "
+                            f"({ramp_up_end_rps:g}), as vLLM's client requires")
+        if click.get_current_context().get_parameter_source("rate") != click.core.ParameterSource.DEFAULT:
+            raise UserError("give --rate or a ramp-up, not both: the ramp sets each request's rate")
+        if trace_file is not None or max_rate:
+            raise UserError("a ramp-up sets the random or shipped dataset's arrivals; "
+                            + ("a --trace has its own" if trace_file is not None else
+                               "--max-rate searches for one constant rate"))
+        ramp = (ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps)
     if max_rate and not slos:
         raise UserError("--max-rate needs an SLO to meet (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
 
@@ -281,7 +305,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     else:
         workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,
                     "range_ratio": range_ratio, "burstiness": burstiness, "seed": seed,
-                    "prefix_len": prefix_len, "num_prefixes": num_prefixes}
+                    "prefix_len": prefix_len, "num_prefixes": num_prefixes, "ramp": ramp}
         source = {"dataset": dataset}
         if dataset != "random":
             ctx = click.get_current_context()
@@ -293,8 +317,12 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
             source.update(dataset_source=meta["source"], dataset_license=meta["license"])
         else:
             source.update(input_len=input_len, output_len=output_len, range_ratio=range_ratio)
-        source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
-                      burstiness=burstiness, seed=seed)
+        if ramp:
+            source.update(request_rate=None, all_at_once=False, ramp_up_strategy=ramp[0],
+                          ramp_up_start_rps=ramp[1], ramp_up_end_rps=ramp[2], burstiness=burstiness, seed=seed)
+        else:
+            source.update(request_rate=None if math.isinf(rate) else rate, all_at_once=math.isinf(rate),
+                          burstiness=burstiness, seed=seed)
         if prefix_len:
             source.update(prefix_len=prefix_len, num_prefixes=num_prefixes)
         reqs = requests_at(workload, rate)
@@ -397,6 +425,9 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
     rate = "all" if head.get("all_at_once") else head.get("request_rate")
     sent = "all at t = 0" if rate == "all" else \
         f"{rate or 0:g} req/s, burstiness {head.get('burstiness') or 1:g}"  # (a trace has its own arrivals)
+    if head.get("ramp_up_strategy"):
+        sent = (f"ramp-up ({head['ramp_up_strategy']}) from {head['ramp_up_start_rps']:g} to "
+                f"{head['ramp_up_end_rps']:g} req/s, burstiness {head.get('burstiness') or 1:g}")
     if "trace" in head:
         load = f"trace {head['trace']}"
     elif head["dataset"] == "random":

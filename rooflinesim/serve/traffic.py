@@ -2,8 +2,11 @@
 with the semantics of vLLM's benchmark client (``vllm bench serve`` / benchmark_serving.py):
 
 * arrivals: ``rate`` requests per second with gamma inter-arrival gaps of shape
-  ``burstiness`` and mean 1 / rate (burstiness 1: Poisson), the first request at t = 0;
-  ``rate`` inf sends every request at t = 0;
+  ``burstiness`` and mean 1 / rate (burstiness 1: Poisson), rescaled as vllm bench serve
+  has since 0.10 (vllm-project/vllm PR 21108) so that the run's rate is the one asked for
+  (``fill``), the first request at t = 0; ``rate`` inf sends every request at t = 0;
+  or a ramp (``ramp``, vLLM's ``--ramp-up-strategy``): request i of n at a rate from a
+  start to an end rate, linear or exponential in i / (n - 1), its gap drawn at that rate;
 * lengths of the random dataset: input and output lengths drawn as whole numbers uniform in
   [L (1 - r), L (1 + r)] (the range ratio r in [0, 1), vLLM >= 0.8.4), at least 1;
 * a trace: arrival time, input and output tokens per request (CSV with a header, or JSON
@@ -135,17 +138,50 @@ def with_warmups(reqs: Requests, count: int, start_s: float) -> Requests:
                     copies.prefix_tokens).then(reqs, start_s)
 
 
-def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
-    """Arrival times of ``n`` requests: the first at 0, then gamma gaps (shape
-    ``burstiness``, mean 1 / ``rate``); all at 0 for an infinite rate."""
-    if not rate > 0:
-        raise UserError(f"the request rate must be above 0 (got {rate!r})")
+RAMPS = ("linear", "exponential")
+
+
+def ramp_rates(n: int, ramp: tuple) -> np.ndarray:
+    """vLLM bench serve's ramp-up: request i's rate, ``ramp`` = (strategy, start, end) in
+    requests per second, linear or exponential in i / (n - 1) (vllm/benchmarks/serve.py,
+    _get_current_request_rate)."""
+    strategy, start, end = ramp
+    if strategy not in RAMPS:
+        raise UserError(f"unknown ramp-up strategy {strategy!r}; known: {', '.join(RAMPS)}")
+    if not (0 < start <= end and math.isfinite(end)):
+        raise UserError(f"a ramp-up's start rate must be above 0 and at most its end rate, both finite "
+                        f"(got {start!r} to {end!r} requests/s)")
+    progress = np.arange(n) / max(n - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    return start * (end / start) ** progress
+
+
+def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator, *, fill: bool = True,
+             ramp: tuple | None = None) -> np.ndarray:
+    """Arrival times of ``n`` requests, the first at 0: gamma gaps of shape ``burstiness``
+    and mean 1 / ``rate``; all at 0 for an infinite rate. ``fill`` (vllm bench serve since
+    0.10, PR 21108): a gap before every request, the n gaps rescaled to add up to n / rate,
+    the first then not counted (sent at 0 here); without, n - 1 gaps as drawn (SGLang's
+    bench_serving, vLLM's benchmark_serving.py before). ``ramp`` (strategy, start, end):
+    each request's gap drawn at its own rate (``ramp_rates``), not rescaled, as vLLM's
+    client does with --ramp-up-strategy; ``rate`` is then not used."""
     if not (burstiness > 0 and math.isfinite(burstiness)):
         raise UserError(f"the burstiness must be a finite number above 0 (got {burstiness!r})")
+    if ramp is not None:
+        rates = ramp_rates(n, ramp)
+        t = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rates * burstiness)))
+        return t - t[0]
+    if not rate > 0:
+        raise UserError(f"the request rate must be above 0 (got {rate!r})")
     if math.isinf(rate):
         return np.zeros(n)
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=max(n - 1, 0))
-    return np.concatenate([[0.0], np.cumsum(gaps)])
+    if not fill:
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=max(n - 1, 0))
+        return np.concatenate([[0.0], np.cumsum(gaps)])
+    t = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
+    t *= (n / rate) / t[-1]
+    return t - t[0]
 
 
 def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Generator) -> np.ndarray:
@@ -157,14 +193,15 @@ def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Gener
 
 
 def random_requests(n: int, input_len: int, output_len: int, *, rate: float = math.inf, burstiness: float = 1.0,
-                    range_ratio: float = 0.0, seed: int = 0) -> Requests:
-    """vLLM's random dataset sent at ``rate`` (see the module's notes)."""
+                    range_ratio: float = 0.0, seed: int = 0, fill: bool = True, ramp: tuple | None = None) -> Requests:
+    """vLLM's random dataset sent at ``rate`` (see the module's notes; ``fill`` and ``ramp``:
+    ``arrivals``)."""
     if not 1 <= n <= MAX_REQUESTS:
         raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
     rng = np.random.default_rng(seed)
     inputs = random_lengths(n, input_len, range_ratio, rng)
     outputs = random_lengths(n, output_len, range_ratio, rng)
-    return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
+    return Requests(arrivals(n, rate, burstiness, rng, fill=fill, ramp=ramp), inputs, outputs)
 
 
 def _data_dir():
@@ -187,8 +224,9 @@ def load_dataset(name: str) -> dict:
 
 
 def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: float = 1.0,
-                     seed: int = 0) -> Requests:
-    """``n`` requests of a shipped traffic shape (see the module's notes), sent at ``rate``."""
+                     seed: int = 0, fill: bool = True, ramp: tuple | None = None) -> Requests:
+    """``n`` requests of a shipped traffic shape (see the module's notes), sent at ``rate``
+    (``fill`` and ``ramp``: ``arrivals``)."""
     if not 1 <= n <= MAX_REQUESTS:
         raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
     data = load_dataset(name)
@@ -197,19 +235,19 @@ def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: f
     pick = rng.choice(rows, size=n, replace=n > rows)
     inputs = np.asarray(data["input_tokens"], dtype=np.int64)[pick]
     outputs = np.asarray(data["output_tokens"], dtype=np.int64)[pick]
-    return Requests(arrivals(n, rate, burstiness, rng), inputs, outputs)
+    return Requests(arrivals(n, rate, burstiness, rng, fill=fill, ramp=ramp), inputs, outputs)
 
 
 def requests_at(workload: dict, rate: float) -> Requests:
     """The requests of a workload (dataset, num_prompts, burstiness, seed, for the random
-    dataset input_len, output_len, range_ratio, and optionally prefix_len and num_prefixes)
-    sent at ``rate``: the same lengths at any rate."""
+    dataset input_len, output_len, range_ratio, and optionally prefix_len, num_prefixes and
+    a ramp-up, ``ramp``) sent at ``rate``: the same lengths at any rate."""
     w = workload
+    how = dict(rate=rate, burstiness=w["burstiness"], seed=w["seed"], ramp=w.get("ramp"))
     if w["dataset"] != "random":
-        reqs = dataset_requests(w["dataset"], w["num_prompts"], rate=rate, burstiness=w["burstiness"], seed=w["seed"])
+        reqs = dataset_requests(w["dataset"], w["num_prompts"], **how)
     else:
-        reqs = random_requests(w["num_prompts"], w["input_len"], w["output_len"], rate=rate,
-                               burstiness=w["burstiness"], range_ratio=w["range_ratio"], seed=w["seed"])
+        reqs = random_requests(w["num_prompts"], w["input_len"], w["output_len"], range_ratio=w["range_ratio"], **how)
     return reqs.with_prefixes(w.get("prefix_len", 0), w.get("num_prefixes", 1), w["seed"])
 
 

@@ -1,0 +1,87 @@
+"""When requests are sent: vLLM bench serve's schedule (its gaps rescaled to the rate asked
+for, vllm-project/vllm PR 21108), the older clients' gaps as drawn, and vLLM's ramp-up."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import run_cli
+
+from rooflinesim.errors import UserError
+from rooflinesim.serve.traffic import arrivals, ramp_rates, random_requests
+
+
+def test_vllms_schedule_sends_the_rate_asked_for():
+    n, rate = 1000, 10.0
+    filled = [arrivals(n, rate, 1.0, np.random.default_rng(s)) for s in range(40)]
+    drawn = [arrivals(n, rate, 1.0, np.random.default_rng(s), fill=False) for s in range(40)]
+    for t in filled + drawn:
+        assert t[0] == 0 and (np.diff(t) >= 0).all() and t.size == n
+    # rescaled, the n gaps add up to n / rate: the last send is short of it by the first gap alone
+    ends = np.array([t[-1] for t in filled])
+    assert (ends < n / rate).all() and (n / rate - ends).max() < 20 / rate
+    assert np.std(ends) < 0.05 * np.std([t[-1] for t in drawn])
+    # gamma gaps keep their shape under the rescaling: bursty ones stay bursty
+    cv = lambda t: np.std(np.diff(t)) / np.mean(np.diff(t))  # noqa: E731
+    assert cv(arrivals(n, rate, 0.25, np.random.default_rng(1))) > 1.5
+    assert cv(arrivals(n, rate, 1.0, np.random.default_rng(1))) == pytest.approx(1.0, abs=0.15)
+
+
+def test_the_older_clients_gaps_are_drawn_as_they_come():
+    t = arrivals(6, 4.0, 2.0, np.random.default_rng(7), fill=False)
+    gaps = np.random.default_rng(7).gamma(shape=2.0, scale=1.0 / 8.0, size=5)
+    assert np.allclose(t, np.concatenate([[0.0], np.cumsum(gaps)]))
+    assert (arrivals(5, math.inf, 1.0, np.random.default_rng(0)) == 0).all()
+
+
+@pytest.mark.parametrize("strategy", ["linear", "exponential"])
+def test_a_ramp_up_sends_each_request_at_its_own_rate(strategy):
+    rates = ramp_rates(3001, (strategy, 2.0, 32.0))
+    assert rates[0] == pytest.approx(2.0) and rates[-1] == pytest.approx(32.0) and (np.diff(rates) > 0).all()
+    assert rates[1500] == pytest.approx(17.0 if strategy == "linear" else 8.0)
+    t = arrivals(3001, math.inf, 1.0, np.random.default_rng(3), ramp=(strategy, 2.0, 32.0))
+    gaps = np.diff(t)
+    assert np.mean(gaps[:300]) == pytest.approx(np.mean(1 / rates[1:301]), rel=0.2)
+    assert np.mean(gaps[-300:]) == pytest.approx(1 / 32.0, rel=0.2)
+    assert np.allclose(ramp_rates(10, ("exponential", 5.0, 5.0)), 5.0)
+
+
+@pytest.mark.parametrize("ramp, says", [(("linear", 0.0, 10.0), "above 0"), (("linear", 12.0, 10.0), "at most"),
+                                         (("cubic", 1.0, 10.0), "unknown ramp-up"),
+                                         (("linear", 1.0, math.inf), "finite")])
+def test_bad_ramps_are_one_sentence(ramp, says):
+    with pytest.raises(UserError, match=says):
+        random_requests(10, 100, 10, ramp=ramp)
+
+
+BASE = ["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "300", "--interval-samples", "0"]
+
+
+def test_cli_ramps_up_as_vllms_client():
+    code, out, err = run_cli([*BASE, "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "2",
+                              "--ramp-up-end-rps", "30", "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["ramp_up_strategy"], got["ramp_up_start_rps"], got["ramp_up_end_rps"]) == ("linear", 2.0, 30.0)
+    assert got["request_rate"] is None and got["all_at_once"] is False and got["completed"] == 300
+    code, out, _ = run_cli([*BASE, "--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "2",
+                            "--ramp-up-end-rps", "30"])
+    assert code == 0 and "ramp-up (exponential) from 2 to 30 req/s" in out
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "2", "--ramp-up-end-rps", "9", "--rate", "5"],
+     "not both"),
+    (["--ramp-up-start-rps", "2"], "go with --ramp-up-strategy"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-end-rps", "9"], "needs both"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "9", "--ramp-up-end-rps", "2"], "at most"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "0", "--ramp-up-end-rps", "2"], "--ramp-up-start-rps"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2", "--max-rate",
+      "--slo-ttft-p99", "1s"], "constant rate"),
+])
+def test_cli_refuses_a_ramp_it_cannot_run_in_one_sentence(bad, says):
+    code, _, err = run_cli([*BASE, *bad])
+    assert code == 2 and says in err and "Traceback" not in err
