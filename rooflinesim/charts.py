@@ -200,15 +200,17 @@ SERVE_POINTS = 4000  # points of each over-time trace a serving chart keeps (eve
 
 
 def serve_figure(result, title: str = "") -> go.Figure:
-    """A simulated serving run: latency CDFs (TTFT, TPOT, inter-token, end to end) and, over
-    time, the requests running per step, the tokens per step and the KV cache in use."""
+    """A simulated serving run: latency CDFs (TTFT, TPOT, inter-token, end to end) of the
+    measured requests and, over time, the requests running per step, the tokens per step and
+    the KV cache in use (warm-up requests' steps too, the measured run's start marked)."""
     from plotly.subplots import make_subplots
 
     s = result.served
-    ttft = (s.first_token_s - s.arrival_s) * 1e3
-    e2el = (s.finish_s - s.arrival_s) * 1e3
-    many = s.output_tokens > 1
-    tpot = (e2el[many] - ttft[many]) / (s.output_tokens[many] - 1)
+    w = s.warmup
+    ttft = (s.first_token_s[w:] - s.arrival_s[w:]) * 1e3
+    e2el = (s.finish_s[w:] - s.arrival_s[w:]) * 1e3
+    many = s.output_tokens[w:] > 1
+    tpot = (e2el[many] - ttft[many]) / (s.output_tokens[w:][many] - 1)
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
         "latency, cumulative share of requests (ITL: of gaps)", "requests running per step",
         "tokens per step", "KV cache in use"), horizontal_spacing=0.09, vertical_spacing=0.14)
@@ -228,6 +230,9 @@ def serve_figure(result, title: str = "") -> go.Figure:
         y = np.asarray(steps[key], dtype=float)[keep] * scale
         fig.add_trace(go.Scatter(x=t[keep], y=y, mode="lines", name=name, showlegend=True,
                                  hovertemplate=f"t %{{x:.2f}} s: {name} %{{y}}<extra></extra>"), row=row, col=col)
+        if w:
+            fig.add_vline(x=float(s.arrival_s[w:].min()), line_dash="dot", row=row, col=col,
+                          annotation_text="measured from" if key == "sequences" else None)
     fig.update_xaxes(type="log", title_text="ms", row=1, col=1)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=1)
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%", row=2, col=2)

@@ -150,3 +150,18 @@ def test_cli_num_warmups_as_vllms_client():
     for bad, says in ((["--num-warmups", "-1"], "--num-warmups"), (["--num-warmups", "2", "--pd", "1:1"], "colocated")):
         code, _, err = run_cli([*base, *bad])
         assert code == 2 and says in err and "Traceback" not in err
+
+
+def test_the_serving_chart_draws_the_measured_requests_and_marks_their_start():
+    from rooflinesim.charts import serve_figure
+
+    reqs = random_requests(120, 400, 40, rate=8.0, seed=2)
+    r = serve(LLAMA, H200, FITTED, Deployment(), reqs, warmup=70)
+    fig = serve_figure(r)
+    s = r.served
+    ttft = np.sort((s.first_token_s - s.arrival_s)[70:]) * 1e3
+    drawn = fig.data[0]
+    assert drawn.x[-1] == pytest.approx(float(ttft[-1])) and drawn.x[0] == pytest.approx(float(ttft[0]))
+    marks = [shape.x0 for shape in fig.layout.shapes]
+    assert len(marks) == 3 and all(x == pytest.approx(float(s.arrival_s[70])) for x in marks)
+    assert not serve_figure(serve(LLAMA, H200, FITTED, Deployment(), reqs)).layout.shapes
