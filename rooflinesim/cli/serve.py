@@ -59,6 +59,18 @@ def _pd(ctx, param, value):
     return counts
 
 
+def _percentiles(ctx, param, value) -> tuple:
+    """Comma-separated percentiles, as vLLM's --metric-percentiles takes them."""
+    try:
+        ps = tuple(float(x) for x in str(value).split(",") if x.strip())
+    except ValueError:
+        ps = ()
+    if not ps or len(ps) > 10 or not all(0 < x <= 100 for x in ps):
+        raise click.BadParameter(f"expected 1 to 10 comma-separated percentiles above 0 and at most 100 "
+                                 f"(e.g. 50,90,95,99), got {value!r}")
+    return ps
+
+
 def _goodput(ctx, param, values) -> dict:
     """KEY:MS pairs (ttft, tpot, e2el), as vLLM's --goodput takes them."""
     out = {}
@@ -217,6 +229,9 @@ def _goodput(ctx, param, values) -> dict:
               help="Simulations with the kernel model's error drawn per family, for the intervals (0: none).")
 @click.option("--goodput", "goodput", multiple=True, callback=_goodput,
               help="SLOs in ms as KEY:MS (ttft, tpot, e2el), e.g. 'ttft:2000 tpot:50': adds request_goodput.")
+@click.option("--metric-percentiles", "percentiles", default="90,99", show_default=True, callback=_percentiles,
+              help="Percentiles reported for each latency besides the mean and median, as vLLM's client takes "
+                   "them (e.g. 50,90,95,99.9: p95_ttft_ms, p99.9_ttft_ms in the JSON).")
 @click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s or 500ms.")
 @click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
 @click.option("--slo-e2el-p99", default=None, help="SLO on the P99 end-to-end latency, e.g. 30s.")
@@ -235,9 +250,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, concurrency, num_warmups, dataset,
           input_len, output_len, range_ratio, prefix_len,
-          num_prefixes,
-          prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
-          interval_samples, goodput, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force, as_json):
+          num_prefixes, prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
+          interval_samples, goodput, percentiles, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force,
+          as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
@@ -347,7 +362,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    capacity_policy=capacity_policy and capacity_policy.replace("-", "_"),
                    chunked_context=chunked_context, eager_prefill=eager_prefill, max_model_len=max_model_len,
                    prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
-                   cuda_graph_max_bs=cuda_graph_max_bs)
+                   cuda_graph_max_bs=cuda_graph_max_bs,
+                   percentiles=tuple(sorted(set(percentiles) | ({99.0} if slos else set()))))
     if num_warmups and pd is not None:
         raise UserError("--num-warmups is simulated for colocated replicas, not with --pd")
     if num_warmups:
@@ -369,7 +385,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         r = run(cfg, spec, prof, d, reqs, interval_samples=interval_samples, progress=tick, **options)
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             "weight_block_size": list(cfg.weight_block_size) if cfg.weight_block_size else None,
-            **source, "max_concurrency": concurrency}
+            **source, "max_concurrency": concurrency, "metric_percentiles": list(percentiles)}
     if pd is not None:
         head.update(decode_tp=decode_tp, kv_link_source=r.disaggregated["kv_link_source"])
     if interval_samples:
@@ -492,8 +508,10 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
         x = f"{m[key]:.2f}"
         return f"{x} [{iv[key][0]:.2f}, {iv[key][1]:.2f}]" if key in iv else x
 
-    out.append(table([(names[k], *(cell(f"{s}_{k}_ms") for s in ("mean", "median", "p90", "p99")))
-                      for k in names], headers=("ms", "mean", "median", "p90", "p99")))
+    from ..serve.metrics import percentile_key
+
+    stats = ["mean", "median", *(percentile_key(p) for p in sorted(set(head["metric_percentiles"]) - {50.0}))]
+    out.append(table([(names[k], *(cell(f"{s}_{k}_ms") for s in stats)) for k in names], headers=("ms", *stats)))
     if "max_rate_search" in extra:
         rate = extra["max_rate_search"]["max_rate"]
         at = 'every request at once' if rate is None else f'{rate:.3g} req/s'

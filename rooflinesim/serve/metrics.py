@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 99)  # the median, and those reported by default (vLLM's --metric-percentiles)
+
+
+def percentile_key(p: float) -> str:
+    """A percentile's name in the metrics' keys, as vLLM's client writes it: p99, p99.9."""
+    return f"p{int(p)}" if float(p) == int(p) else f"p{p:g}"
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,12 @@ class Served:
     warmup: int = 0
 
 
-def summary(s: Served, slo_ms: dict | None = None) -> dict:
-    """The client's metrics (see the module's notes), in its JSON names; with warm-up requests
+def summary(s: Served, slo_ms: dict | None = None, percentiles=PERCENTILES) -> dict:
+    """The client's metrics (see the module's notes), in its JSON names: mean, std, median and
+    ``percentiles`` (in (0, 100]; the 50th is the median) of each; with warm-up requests
     (``Served.warmup``), of the measured ones alone, the duration and steps from the first
     measured request's send."""
+    qs = sorted({float(p) for p in percentiles} - {50.0})
     w = s.warmup
     arrival, first, finish = s.arrival_s[w:], s.first_token_s[w:], s.finish_s[w:]
     inputs, outputs = s.input_tokens[w:], s.output_tokens[w:]
@@ -83,8 +90,9 @@ def summary(s: Served, slo_ms: dict | None = None) -> dict:
         out[f"mean_{name}_ms"] = float(ms.mean())
         out[f"std_{name}_ms"] = float(ms.std())
         out[f"median_{name}_ms"] = float(np.median(ms))
-        for p in PERCENTILES[1:]:
-            out[f"p{p}_{name}_ms"] = float(np.percentile(ms, p))
+        if qs:
+            for p, v in zip(qs, np.percentile(ms, qs)):
+                out[f"{percentile_key(p)}_{name}_ms"] = float(v)
     if slo_ms:
         good = np.ones(arrival.size, dtype=bool)
         per = {"ttft": ttft, "e2el": e2el}

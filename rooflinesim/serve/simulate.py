@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..models.deploy import Deployment
 from . import context
 from .engine import EngineParams, engine_class, simulate
-from .metrics import Served, summary
+from .metrics import PERCENTILES, Served, summary
 from .residual import APPLIES_TO, log_sigma, met_probability, shipped, widen
 from .steps import StepTimes
 from .traffic import Requests, with_warmups
@@ -223,6 +223,7 @@ def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, contex
     return {"max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "block_size": 16, "max_prefill_tokens": 16384}
 
 
+MAX_PERCENTILES = 10  # percentiles a run reports besides the median
 INTERVAL_LEVEL = 0.9
 # the profile's cross-validated ops whose error stands for each family's (the largest)
 FAMILY_OPS = {"gemm": ("gemm", "block_gemm"), "attention": ("attention",), "moe": ("moe", "fused_moe"),
@@ -327,7 +328,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           request_overhead_s: float | None = None, eager_prefill: bool = False,
           max_model_len: int | str | None = None, prefix_caching: bool | None = None,
           disable_cascade_attn: bool = False, cuda_graph_max_bs: int | None = None,
-          warmup: int = 0) -> ServeResult:
+          warmup: int = 0, percentiles=PERCENTILES) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
@@ -356,7 +357,12 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
     captured, as --disable-cuda-graph runs decode). ``warmup``: the first this many requests
     (in ``reqs``' order) run on the engine before and among the others but are not measured:
     the metrics are the rest's, as a benchmark's later stage on a server an earlier stage
-    warmed (its prefix cache) is measured (``metrics.summary``)."""
+    warmed (its prefix cache) is measured (``metrics.summary``). ``percentiles``: besides the
+    median, those each latency is reported at (p90 and p99 by default; ``metrics.summary``)."""
+    percentiles = tuple(float(x) for x in percentiles)
+    if not percentiles or len(percentiles) > MAX_PERCENTILES or not all(0 < x <= 100 for x in percentiles):
+        raise UserError(f"percentiles must be 1 to {MAX_PERCENTILES} numbers above 0 and at most 100; "
+                        f"got {', '.join(f'{x:g}' for x in percentiles) or 'none'}")
     if engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
     prefix_caching = prefix_caching_of(engine, prefix_caching)
@@ -392,7 +398,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                          interval_samples=interval_samples, seed=seed, progress=progress,
                          request_overhead_s=request_overhead_s, eager_prefill=eager_prefill,
                          max_model_len=limit, fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
-                         disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs),
+                         disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs,
+                         percentiles=percentiles),
                        given=given,
                        eager_prefill_host_s=eager_pass_host_s(model, d) if eager_prefill else 0.0)
     if decode_tp is not None or decode_gpu is not None or kv_link is not None:
@@ -418,7 +425,7 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
 
     return _with_intervals(once, ServeResult(None, None, p, kv_tokens, d.dp, given=given,
                                              eager_prefill_host_s=p.prefill_host_s), [profile], engine, slo_ms,
-                           interval_samples, seed)
+                           interval_samples, seed, percentiles)
 
 
 def warmed_up(model, spec, profile, d: Deployment, reqs: Requests, count: int, **options) -> Requests:
@@ -502,13 +509,13 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
 
 
 def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_ms, interval_samples: int,
-                    seed: int) -> ServeResult:
+                    seed: int, percentiles=PERCENTILES) -> ServeResult:
     """``result`` with the run ``once(None)`` and its metrics, and with
     ``interval_samples`` the intervals of runs ``once(factors)`` with the kernel model's
     error drawn per family (see the module's notes; with several GPUs' ``profiles``, each
     family's largest spread)."""
     served = once(None)
-    metrics = summary(served, slo_ms)
+    metrics = summary(served, slo_ms, percentiles)
     if result.disaggregated is not None:
         metrics = {**metrics, "steps": metrics["steps"] + result.disaggregated["prefill_steps"]}
     sigmas = {}
@@ -521,7 +528,7 @@ def _with_intervals(once, result: ServeResult, profiles: list, engine: str, slo_
     draws = []
     for _ in range(int(interval_samples)):
         factors = {f: float(np.exp(rng.normal(0.0, s))) for f, s in sorted(sigmas.items())}
-        draws.append(summary(once(factors), slo_ms))
+        draws.append(summary(once(factors), slo_ms, percentiles))
     lo, hi = 50 * (1 - INTERVAL_LEVEL), 50 * (1 + INTERVAL_LEVEL)
     kernel = {k: [float(np.percentile(v, lo)), float(np.percentile(v, hi))]
               for k in metrics if isinstance(metrics[k], float) and k not in ("duration_s",)
@@ -536,7 +543,7 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
               step_overhead_s, overlap_schedule, concurrency, slo_ms, interval_samples, seed,
               progress, request_overhead_s=0.0, eager_prefill=False, max_model_len=None,
               fit_max_model_len=False, prefix_caching=False, disable_cascade_attn=False,
-              cuda_graph_max_bs=None) -> ServeResult:
+              cuda_graph_max_bs=None, percentiles=PERCENTILES) -> ServeResult:
     """``serve`` on a prefill pool and a decode pool (``disaggregated``): each pool's replicas
     of ``d`` (the decode pool's at ``decode_tp``, on ``decode_gpu``), their KV caches from
     the memory planner at vLLM's limits on their GPU, their limits as one replica's."""
@@ -584,7 +591,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
 
     result = ServeResult(None, None, replace(decode.engine, request_overhead_s=float(request_overhead_s)),
                          decode.kv_tokens, prefill_n + decode_n, disaggregated=stats)
-    return _with_intervals(once, result, [prefill.profile, decode.profile], engine, slo_ms, interval_samples, seed)
+    return _with_intervals(once, result, [prefill.profile, decode.profile], engine, slo_ms, interval_samples, seed,
+                           percentiles)
 
 
 def serving_sigmas(engine: str) -> dict:
