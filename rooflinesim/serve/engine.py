@@ -106,6 +106,7 @@ per step, a named parameter (``ENGINES``).
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -230,7 +231,9 @@ class _Sim:
         self.last_token = np.zeros(n)
         self.generated = np.zeros(n, dtype=np.int64)
         self.itl: list = []  # inter-token gaps, as (gaps, how many requests each stands for)
-        self.log = {"start_s": [], "duration_s": [], "tokens": [], "sequences": [], "kv_blocks_used": []}
+        # (the step log: machine arrays, appended to as lists are and read by numpy without a copy)
+        self.log = {"start_s": array("d"), "duration_s": array("d"), "tokens": array("q"), "sequences": array("q"),
+                    "kv_blocks_used": array("q")}
         self.preemptions = 0
         self.eager_decode_steps = 0
         # the prefix cache (where on and the requests share prefixes): the prefixes computed
@@ -469,8 +472,8 @@ class _Sim:
         last formed as ``record`` leaves it. (When each ends.)"""
         ends = self.now + np.cumsum(dur)
         log, k = self.log, dur.size
-        log["start_s"].extend((ends - dur).tolist())
-        log["duration_s"].extend(dur.tolist())
+        log["start_s"].frombytes((ends - dur).tobytes())
+        log["duration_s"].frombytes(np.ascontiguousarray(dur, dtype=float).tobytes())
         size = [sizes] * k if isinstance(sizes, int) else sizes
         log["tokens"].extend(size)
         log["sequences"].extend(size)
@@ -509,8 +512,7 @@ class _Sim:
             values, each = zip(*itl)
             sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
             gaps = np.repeat(np.concatenate(values), np.repeat(np.array(each, dtype=np.int64), sizes))
-        log = {k: np.fromiter(v, dtype=float if k.endswith("_s") else np.int64, count=len(v))
-               for k, v in self.log.items()}
+        log = {k: np.frombuffer(v, dtype=float if k.endswith("_s") else np.int64) for k, v in self.log.items()}
         _, preempted, queries, hits, eager = self.marks
         return Served(self.sent, self.prompt, self.output, self.scheduled, self.first, self.finish,
                       gaps, self.preemptions - preempted, log, self.cache_queries - queries, self.cache_hits - hits,
