@@ -233,7 +233,7 @@ class _Sim:
         self.itl: list = []  # inter-token gaps, as (gaps, how many requests each stands for)
         # (the step log: machine arrays, appended to as lists are and read by numpy without a copy)
         self.log = {"start_s": array("d"), "duration_s": array("d"), "tokens": array("q"), "sequences": array("q"),
-                    "kv_blocks_used": array("q")}
+                    "kv_blocks_used": array("q"), "sampled": array("q")}
         self.preemptions = 0
         self.eager_decode_steps = 0
         # the prefix cache (where on and the requests share prefixes): the prefixes computed
@@ -478,6 +478,7 @@ class _Sim:
         log["tokens"].extend(size)
         log["sequences"].extend(size)
         log["kv_blocks_used"].extend(blocks)
+        log["sampled"].extend(size)
         self.now = float(ends[-1])
         self.formed = float(ends[-1] - dur[-1]) if self.p.overlap else None
         return ends
@@ -495,8 +496,10 @@ class _Sim:
         tokens[ids] += k
         self.last_token[ids] = ends[-1]
 
-    def record(self, start: float, duration: float, tokens: int, seqs: int, blocks: int) -> None:
-        """A step from ``start``; with the overlap scheduler the next batch is formed as it starts."""
+    def record(self, start: float, duration: float, tokens: int, seqs: int, blocks: int, sampled: int) -> None:
+        """A step from ``start`` of ``tokens`` computed for ``seqs`` requests, ``sampled`` of which
+        got an output token at its end; with the overlap scheduler the next batch is formed as it
+        starts."""
         self.formed = start if self.p.overlap else None
         log = self.log
         log["start_s"].append(start)
@@ -504,6 +507,7 @@ class _Sim:
         log["tokens"].append(tokens)
         log["sequences"].append(seqs)
         log["kv_blocks_used"].append(blocks)
+        log["sampled"].append(sampled)
 
     def served(self) -> Served:
         gaps = np.zeros(0)
@@ -628,7 +632,7 @@ class _VllmV1(_Sim):
             samples = on & (ctx == run.tokens)
             common = self.common_prefix(run, on, bool((give[on] == 1).all())) if self.cascading else 0
             dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples), common) + p.step_overhead_s
-            self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free)
+            self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free, _count(samples))
             self.now += dur
             run.computed = ctx
             # 4. tokens sampled, requests finished
@@ -669,7 +673,7 @@ class _VllmV1(_Sim):
             if np.isnan(self.scheduled[i]):
                 self.scheduled[i] = self.now
         self.looked_up(int(_sum(prompts)), 0)  # (none found: no request here shares a prefix)
-        self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left)
+        self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left, n + len(ids))
         self.now += dur
         run.computed = run.computed + 1
         run.held = run.held + need
@@ -1043,7 +1047,7 @@ class _VllmV1Pipeline(_VllmV1):
             stage_free[s] = t
         ids = run.id[samples]
         inflight.append((t, ids, self.epoch[ids]))
-        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free)
+        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, _count(samples))
         return True, free
 
 
@@ -1068,13 +1072,15 @@ class _Static(_Sim):
             self.scheduled[batch] = self.now
             pre, decode = self.steps.static_batch(b, prompt, out)
             dur = pre + p.step_overhead_s
-            self.record(self.now, dur, b * prompt, b, need)
+            self.record(self.now, dur, b * prompt, b, need, b)
             self.now += dur
             self.first[batch] = self.now
             self.last_token[batch] = self.now
             ends = self.now + np.cumsum(decode + p.step_overhead_s)  # the end of each decode step
-            for j, d in enumerate(decode):
-                self.record(ends[j] - d - p.step_overhead_s, d + p.step_overhead_s, b, b, need)
+            outs = np.sort(self.output[batch])
+            for j, d in enumerate(decode):  # (decode step j gives a token to those with more than j + 1)
+                self.record(ends[j] - d - p.step_overhead_s, d + p.step_overhead_s, b, b, need,
+                            b - int(np.searchsorted(outs, j + 1, side="right")))
             # request i's k-th token (k >= 2) comes at the end of decode step k - 2
             for i in batch:
                 k = int(self.output[i])
@@ -1168,7 +1174,8 @@ class _SGLang(_Sim):
                 if p.prefill_host_s:  # (no CUDA graph: the slower of the host and the GPU sets the pace)
                     dur = joined(p.prefill_host_s, dur, self.steps.profile)
                 dur += p.step_overhead_s
-                self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size))
+                self.record(self.now, dur, int(g.sum()), len(batch), -(-(used + int(g.sum())) // p.block_size),
+                            int(samples.sum()))
                 self.now += dur
                 computed[ids] = ctx
                 used += int(g.sum())
@@ -1200,7 +1207,8 @@ class _SGLang(_Sim):
             dur, past = self._paced(len(running), self.steps.step_s(len(running), float(ctx.mean()), 0, 0, 0.0,
                                                                     len(running)))
             self.eager_decode_steps += past
-            self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size))
+            self.record(self.now, dur, len(running), len(running), -(-(used + len(running)) // p.block_size),
+                        len(running))
             self.now += dur
             computed[ids] = ctx
             used += len(running)
@@ -1417,7 +1425,8 @@ class _TrtLlm(_Sim):
             decode = ~context[ids]
             samples = ctx == tokens[ids]  # (a decode, or a context's last chunk)
             dur = self.steps.step_of(g, ctx, decode, _count(samples)) + p.step_overhead_s
-            self.record(self.now, dur, int(g.sum()), int(ids.size), int(held[active].sum()) if utilize else reserved)
+            self.record(self.now, dur, int(g.sum()), int(ids.size), int(held[active].sum()) if utilize else reserved,
+                        _count(samples))
             self.now += dur
             computed[ids] = ctx
             ids = ids[samples]

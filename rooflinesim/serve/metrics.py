@@ -7,7 +7,12 @@
 * ITL: every gap between two successive output tokens of a request, all requests pooled;
 * duration: from the first arrival to the last completion; throughputs per second of it;
 * goodput: requests per second that meet every SLO given (TTFT, TPOT, E2EL; a request
-  with one output token meets any TPOT SLO).
+  with one output token meets any TPOT SLO);
+* peaks: the most output tokens in one second (seconds counted from the first send, each
+  token at the end of the step that sampled it; with warm-up requests, the steps from the
+  first measured send on) and the most requests in flight at once (from send to last token,
+  a finish before a send at the same instant), vLLM's max_output_tokens_per_s and
+  max_concurrent_requests.
 
 Times are reported in milliseconds (``*_ms``), as the client does. Queueing delay (arrival
 to the first step that schedules the request) and the prefix cache's hit rate (prompt
@@ -42,7 +47,7 @@ class Served:
     finish_s: np.ndarray
     itl_s: np.ndarray  # every inter-token gap, all requests
     preemptions: int
-    steps: dict  # per step: start_s, duration_s, tokens, sequences, kv_blocks_used
+    steps: dict  # per step: start_s, duration_s, tokens, sequences, kv_blocks_used, sampled (tokens out)
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (0: it was off)
     prefix_cache_hits: int = 0  # of them, found there
     eager_decode_steps: int = 0  # sglang: decode steps past its largest CUDA graph (run without one)
@@ -78,6 +83,15 @@ def summary(s: Served, slo_ms: dict | None = None, percentiles=PERCENTILES) -> d
         "preemptions": s.preemptions,
         "steps": int(np.count_nonzero(steps >= start) if w else len(steps)),
     }
+    ends = steps + s.steps["duration_s"]
+    mine = ends >= start
+    if "sampled" in s.steps and mine.any():
+        per_s = np.bincount((ends[mine] - start).astype(np.int64), weights=s.steps["sampled"][mine])
+        out["max_output_tokens_per_s"] = float(per_s.max())
+    events = np.concatenate([np.stack([finish, np.full(finish.size, -1.0)], 1),
+                             np.stack([arrival, np.ones(arrival.size)], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # (by time, a finish first)
+    out["max_concurrent_requests"] = int(np.cumsum(events[:, 1]).max())
     if w:
         out["warmup_requests"] = int(w)
     if s.prefix_cache_queries:  # (as vLLM logs its "Prefix cache hit rate")
