@@ -147,7 +147,8 @@ def test_cli_num_warmups_as_vllms_client():
     assert got["num_warmups"] == 5 and got["warmup_requests"] == 5 and got["completed"] == 40
     code, out, _ = run_cli([*base, "--num-warmups", "5"])
     assert code == 0 and "after 5 warm-up requests (not counted)" in out
-    for bad, says in ((["--num-warmups", "-1"], "--num-warmups"), (["--num-warmups", "2", "--pd", "1:1"], "colocated")):
+    for bad, says in ((["--num-warmups", "-1"], "--num-warmups"), (["--num-warmups", "2", "--pd", "1:1"], "colocated"),
+                      (["--num-warmups", "9999990"], "at most")):
         code, _, err = run_cli([*base, *bad])
         assert code == 2 and says in err and "Traceback" not in err
 

@@ -366,6 +366,9 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    percentiles=tuple(sorted(set(percentiles) | ({99.0} if slos else set()))))
     if num_warmups and pd is not None:
         raise UserError("--num-warmups is simulated for colocated replicas, not with --pd")
+    if num_warmups + len(reqs) > MAX_PROMPTS:
+        raise UserError(f"--num-warmups and the requests come to {num_warmups + len(reqs):,}; at most "
+                        f"{MAX_PROMPTS:,} are simulated")
     if num_warmups:
         source["num_warmups"] = num_warmups
         options["warmup"] = num_warmups
