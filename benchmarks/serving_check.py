@@ -83,13 +83,6 @@ def _gpu(text: str) -> str | None:
     return next((v for k, v in GPUS.items() if text.upper().startswith(k)), None)
 
 
-def _lengths(rng, n: int, length: int, ratio: float, client: str) -> np.ndarray:
-    if client.startswith("sglang"):  # (SGLang's bench_serving: uniform in [ratio x L, L])
-        return rng.integers(max(int(length * ratio), 1), length + 1, size=n)
-    lo, hi = max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))  # (vLLM's)
-    return rng.integers(lo, hi + 1, size=n)
-
-
 def _scaled(lengths: np.ndarray, total: int) -> np.ndarray:
     """Whole lengths (at least 1) in the proportions of ``lengths``, summing to about ``total``."""
     return np.maximum(np.rint(lengths * (float(total) / float(lengths.sum()))), 1).astype(np.int64)
@@ -150,7 +143,7 @@ def simulate(point: dict, samples: int):
 def requests_of(point: dict):
     """The requests of a point's workload as its client sent them (see the module's notes),
     seeded alike for every point: the stages of one run draw the same prompts."""
-    from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests
+    from rooflinesim.serve.traffic import Requests, arrivals, dataset_requests, random_lengths
 
     ds, seed = point["dataset"], point.get("seed", SEED)
     rng = np.random.default_rng(seed)
@@ -165,8 +158,9 @@ def requests_of(point: dict):
         reqs = Requests(arrivals(n, rate, 1.0, rng, fill=False), np.full(n, int(ds["input_len"])),
                         np.full(n, int(ds["output_len"])))
     else:
-        inputs = _lengths(rng, n, int(ds["input_len"]), float(ds["range_ratio"]), client)
-        outputs = _lengths(rng, n, int(ds["output_len"]), float(ds["range_ratio"]), client)
+        how = "sglang" if client.startswith("sglang") else "vllm"  # (its random dataset's lengths)
+        inputs = random_lengths(n, int(ds["input_len"]), float(ds["range_ratio"]), rng, how)
+        outputs = random_lengths(n, int(ds["output_len"]), float(ds["range_ratio"]), rng, how)
         reqs = Requests(arrivals(n, rate, float(point.get("burstiness", 1.0)), rng, fill=False), inputs, outputs)
     if point.get("arrivals_s") is not None:  # (--arrivals-from: the run's own arrivals, its lengths drawn)
         reqs = Requests(np.asarray(point["arrivals_s"], dtype=float), reqs.input_tokens, reqs.output_tokens,

@@ -85,3 +85,36 @@ def test_cli_ramps_up_as_vllms_client():
 def test_cli_refuses_a_ramp_it_cannot_run_in_one_sentence(bad, says):
     code, _, err = run_cli([*BASE, *bad])
     assert code == 2 and says in err and "Traceback" not in err
+
+
+def test_sglangs_client_draws_its_own_lengths_and_sends_its_gaps_as_drawn():
+    from rooflinesim.serve.traffic import random_lengths
+
+    rng = np.random.default_rng(0)
+    x = random_lengths(20000, 1000, 0.5, rng, "sglang")
+    assert x.min() >= 500 and x.max() <= 1000 and x.mean() == pytest.approx(750, rel=0.02)
+    assert (random_lengths(50, 1000, 1.0, rng, "sglang") == 1000).all()
+    assert random_lengths(20000, 100, 0.0, rng, "sglang").min() == 1
+    v = random_lengths(20000, 1000, 0.5, rng)
+    assert v.min() >= 500 and v.max() <= 1500
+    with pytest.raises(UserError, match="SGLang's client takes 1"):
+        random_lengths(5, 100, 1.0, rng)
+    with pytest.raises(UserError, match="unknown benchmark client"):
+        random_lengths(5, 100, 0.5, rng, "trtllm-bench")
+    # its gaps as drawn: the same as the older clients' schedule, not rescaled
+    a = random_requests(300, 100, 10, rate=5.0, seed=9, client="sglang")
+    rng = np.random.default_rng(9)
+    random_lengths(300, 100, 0.0, rng, "sglang"), random_lengths(300, 10, 0.0, rng, "sglang")
+    assert np.allclose(a.arrival_s, arrivals(300, 5.0, 1.0, rng, fill=False))
+
+
+def test_cli_client_sglang():
+    code, out, err = run_cli([*BASE, "--client", "sglang", "--input-len", "1000", "--range-ratio", "1", "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["client"] == "sglang" and got["total_input_tokens"] == 300 * 1000
+    for bad, says in ((["--range-ratio", "1"], "SGLang's client takes 1"),
+                      (["--client", "sglang", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+                        "--ramp-up-end-rps", "2"], "has none")):
+        code, _, err = run_cli([*BASE, *bad])
+        assert code == 2 and says in err and "Traceback" not in err

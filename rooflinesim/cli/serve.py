@@ -204,8 +204,13 @@ def _goodput(ctx, param, values) -> dict:
               help="Random dataset: input tokens per request.")
 @click.option("--output-len", type=Size(max=MAX_LEN), default=128, show_default=True,
               help="Random dataset: output tokens per request.")
-@click.option("--range-ratio", type=Real(min=0, max=1, max_open=True), default=0.0, show_default=True,
-              help="Random dataset: lengths uniform in [L (1 - r), L (1 + r)].")
+@click.option("--range-ratio", type=Real(min=0, max=1), default=0.0, show_default=True,
+              help="Random dataset: lengths uniform in [L (1 - r), L (1 + r)], r below 1 (--client sglang: in "
+                   "[r L, L], r up to 1).")
+@click.option("--client", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
+              help="Whose benchmark script the workload follows: vllm (vllm bench serve: its random dataset's "
+                   "lengths, its gaps rescaled to the rate) or sglang (python -m sglang.bench_serving: lengths "
+                   "uniform in [r L, L], gaps as drawn).")
 @click.option("--prefix-len", type=Size(min=0, max=MAX_LEN), default=0, show_default=True,
               help="Shared-prefix tokens before each prompt (vLLM's --random-prefix-len; with --num-prefixes, "
                    "its prefix_repetition and SGLang's generated-shared-prefix datasets).")
@@ -249,7 +254,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
           rate, burstiness, ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, concurrency, num_warmups, dataset,
-          input_len, output_len, range_ratio, prefix_len,
+          input_len, output_len, range_ratio, client, prefix_len,
           num_prefixes, prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, percentiles, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force,
           as_json):
@@ -284,6 +289,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                             f"({ramp_up_end_rps:g}), as vLLM's client requires")
         if click.get_current_context().get_parameter_source("rate") != click.core.ParameterSource.DEFAULT:
             raise UserError("give --rate or a ramp-up, not both: the ramp sets each request's rate")
+        if client != "vllm":
+            raise UserError("a ramp-up is vLLM's client's (--ramp-up-strategy); --client sglang has none")
         if trace_file is not None or max_rate:
             raise UserError("a ramp-up sets the random or shipped dataset's arrivals; "
                             + ("a --trace has its own" if trace_file is not None else
@@ -320,8 +327,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     else:
         workload = {"dataset": dataset, "num_prompts": num_prompts, "input_len": input_len, "output_len": output_len,
                     "range_ratio": range_ratio, "burstiness": burstiness, "seed": seed,
-                    "prefix_len": prefix_len, "num_prefixes": num_prefixes, "ramp": ramp}
-        source = {"dataset": dataset}
+                    "prefix_len": prefix_len, "num_prefixes": num_prefixes, "ramp": ramp, "client": client}
+        source = {"dataset": dataset, "client": client}
         if dataset != "random":
             ctx = click.get_current_context()
             given = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio")
@@ -454,6 +461,8 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
                 + sent)
     else:
         load = f"{head['dataset']} request lengths ({head['dataset_source']}, {head['dataset_license']}), {sent}"
+    if head.get("client") == "sglang":
+        load += ", as SGLang's bench_serving sends it"
     if head.get("prefix_len"):
         load += (f", {head['prefix_len']:,} shared-prefix tokens before each prompt (one of "
                  f"{head['num_prefixes']:,})")
