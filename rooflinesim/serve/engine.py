@@ -468,17 +468,17 @@ class _Sim:
 
     def record_run(self, dur: np.ndarray, sizes, blocks) -> np.ndarray:
         """Steps of durations ``dur`` from now, one after another, of ``sizes`` decodes
-        (a list, or one for all) holding ``blocks`` KV blocks (a list); now is their end, the
+        (a list, or one for all) holding ``blocks`` KV blocks (an array or list); now is their end, the
         last formed as ``record`` leaves it. (When each ends.)"""
         ends = self.now + np.cumsum(dur)
         log, k = self.log, dur.size
         log["start_s"].frombytes((ends - dur).tobytes())
         log["duration_s"].frombytes(np.ascontiguousarray(dur, dtype=float).tobytes())
-        size = [sizes] * k if isinstance(sizes, int) else sizes
+        size = array("q", [sizes]) * k if isinstance(sizes, (int, np.integer)) else array("q", sizes)
         log["tokens"].extend(size)
         log["sequences"].extend(size)
-        log["kv_blocks_used"].extend(blocks)
         log["sampled"].extend(size)
+        log["kv_blocks_used"].frombytes(np.ascontiguousarray(blocks, dtype=np.int64).tobytes())
         self.now = float(ends[-1])
         self.formed = float(ends[-1] - dur[-1]) if self.p.overlap else None
         return ends
@@ -849,7 +849,7 @@ class _VllmV1(_Sim):
             after += self.kept_if_left(run.id[left < k])
         # (each step's batch, the parts past the stretch's end cut off)
         size = n if len(parts) == 1 else [m for d, m in parts for _ in range(d.size)][:k]
-        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64).tolist())
+        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64))
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
         a = 0  # then every later step's, once for each request it serves)
         for d, m in parts:
@@ -1248,7 +1248,7 @@ class _SGLang(_Sim):
         k = self.until_due(dur, due)
         dur, j = dur[:k], j[:k]
         self.eager_decode_steps += k if past else 0
-        ends = self.record_run(dur, n, (-(-(used + n * j) // p.block_size)).tolist())
+        ends = self.record_run(dur, n, -(-(used + n * j) // p.block_size))
         self.decoded(ids, dur, ends, computed, gen, tokens)
         for _ in range(k):  # (step by step, as the loop takes it: the same floats)
             ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
@@ -1478,7 +1478,7 @@ class _TrtLlm(_Sim):
         dur = self.steps.decode_steps(n, float(_sum(computed[a])) / n + j[:k]) + p.step_overhead_s
         k = self.until_due(dur, due)
         dur = dur[:k]
-        ends = self.record_run(dur, n, blocks[:k].tolist() if utilize else [reserved] * k)
+        ends = self.record_run(dur, n, blocks[:k] if utilize else np.full(k, reserved))
         self.decoded(a, dur, ends, computed, gen, tokens)
         if utilize:
             held[a] = grown[:, k - 1]
