@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 from helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rooflinesim.errors import UserError
 from rooflinesim.serve.traffic import arrivals, ramp_rates, random_requests
@@ -118,3 +120,24 @@ def test_cli_client_sglang():
                         "--ramp-up-end-rps", "2"], "has none")):
         code, _, err = run_cli([*BASE, *bad])
         assert code == 2 and says in err and "Traceback" not in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 400), rate=st.floats(0.01, 1e4), burst=st.floats(0.05, 50.0), seed=st.integers(0, 2**31),
+       fill=st.booleans())
+def test_any_schedule_starts_at_zero_and_never_goes_back(n, rate, burst, seed, fill):
+    t = arrivals(n, rate, burst, np.random.default_rng(seed), fill=fill)
+    assert t.size == n and t[0] == 0 and (np.diff(t) >= 0).all() and np.isfinite(t).all()
+    if fill and n > 1:  # (rescaled: the n gaps add up to n / rate, the first not counted)
+        assert t[-1] <= n / rate * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 300), start=st.floats(0.1, 100.0), grow=st.floats(1.0, 50.0),
+       strategy=st.sampled_from(["linear", "exponential"]), seed=st.integers(0, 2**31))
+def test_any_ramp_rises_from_its_start_to_its_end(n, start, grow, strategy, seed):
+    rates = ramp_rates(n, (strategy, start, start * grow))
+    assert rates[0] == pytest.approx(start) and rates[-1] == pytest.approx(start * grow)
+    assert (np.diff(rates) >= -1e-9 * rates[1:]).all()
+    t = arrivals(n, math.inf, 1.0, np.random.default_rng(seed), ramp=(strategy, start, start * grow))
+    assert t[0] == 0 and (np.diff(t) >= 0).all() and np.isfinite(t).all()
