@@ -56,3 +56,12 @@ def test_requests_in_flight_at_once():
     assert everyone.metrics["max_concurrent_requests"] == 50
     one_by_one = serve(LLAMA, H200, FITTED, Deployment(), random_requests(5, 100, 4, rate=0.01, seed=2))
     assert one_by_one.metrics["max_concurrent_requests"] == 1
+
+
+def test_the_peak_second_carries_the_throughputs_spread():
+    reqs = random_requests(200, 500, 80, rate=20.0, seed=6)
+    r = serve(LLAMA, H200, FITTED, Deployment(), reqs, interval_samples=4)
+    key = "max_output_tokens_per_s"
+    (klo, khi), (lo, hi) = r.interval_kernel[key], r.interval[key]
+    assert lo < klo and hi > khi and lo <= r.metrics[key] <= hi
+    assert "max_concurrent_requests" not in r.interval  # (a count: no interval)

@@ -44,7 +44,7 @@ def group_of(metric: str) -> str | None:
         return "itl"
     if metric.endswith("_e2el_ms"):
         return "e2el"
-    if metric.endswith("_throughput") or metric == "request_goodput":
+    if metric.endswith("_throughput") or metric in ("request_goodput", "max_output_tokens_per_s"):
         return "throughput"
     return None
 
