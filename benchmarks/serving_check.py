@@ -151,7 +151,7 @@ def requests_of(point: dict):
     client = point.get("client", "")
     rate = math.inf if str(point["request_rate"]) == "inf" else float(point["request_rate"])
     if ds["name"] == "sharegpt":
-        reqs = dataset_requests("sharegpt", n, rate=rate, seed=seed, fill=False)
+        reqs = dataset_requests("sharegpt", n, rate=rate, seed=seed, client="sglang")  # (its clients: SGLang's)
     elif ds["name"] == "shared_prefix":
         reqs = shared_prefix_requests(point, rng)
     elif ds["name"] == "fixed":

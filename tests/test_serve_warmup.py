@@ -16,7 +16,7 @@ from rooflinesim.errors import UserError
 from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
-from rooflinesim.serve.simulate import serve, warmed_up
+from rooflinesim.serve.simulate import serve, warmups_done_s
 from rooflinesim.serve.traffic import Requests, random_requests, with_warmups
 
 H200 = load_spec("h200")
@@ -123,7 +123,8 @@ def test_warm_up_copies_are_the_first_request_and_share_its_whole_prompt():
 @pytest.mark.parametrize("concurrency", [None, 2])
 def test_the_measured_requests_start_once_the_copies_have_finished(concurrency):
     reqs = random_requests(60, 2000, 60, rate=4.0, seed=4)
-    alone = warmed_up(LLAMA, H200, FITTED, Deployment(), reqs, 6, concurrency=concurrency)
+    alone = with_warmups(reqs, 6, warmups_done_s(LLAMA, H200, FITTED, Deployment(), reqs, 6,
+                                                  concurrency=concurrency))
     copies = serve(LLAMA, H200, FITTED, Deployment(), alone.take(slice(0, 6)), concurrency=concurrency).served
     assert alone.arrival_s[6] == pytest.approx(float(copies.finish_s.max()))
     r = serve(LLAMA, H200, FITTED, Deployment(), alone, warmup=6, concurrency=concurrency)

@@ -65,8 +65,10 @@ def _percentiles(ctx, param, value) -> tuple:
         ps = tuple(float(x) for x in str(value).split(",") if x.strip())
     except ValueError:
         ps = ()
-    if not ps or len(ps) > 10 or not all(0 < x <= 100 for x in ps):
-        raise click.BadParameter(f"expected 1 to 10 comma-separated percentiles above 0 and at most 100 "
+    from ..serve.simulate import MAX_PERCENTILES
+
+    if not ps or len(ps) > MAX_PERCENTILES or not all(0 < x <= 100 for x in ps):
+        raise click.BadParameter(f"expected 1 to {MAX_PERCENTILES} comma-separated percentiles above 0 and at most 100 "
                                  f"(e.g. 50,90,95,99), got {value!r}")
     return ps
 
@@ -264,8 +266,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
     from ..serve.simulate import serve as run
-    from ..serve.simulate import slo_report, warmed_up
-    from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at
+    from ..serve.simulate import slo_report, warmups_done_s
+    from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
 
     slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
             for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
@@ -371,20 +373,19 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                    prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
                    cuda_graph_max_bs=cuda_graph_max_bs,
                    percentiles=tuple(sorted(set(percentiles) | ({99.0} if slos else set()))))
-    if num_warmups and pd is not None:
-        raise UserError("--num-warmups is simulated for colocated replicas, not with --pd")
     if num_warmups + len(reqs) > MAX_PROMPTS:
         raise UserError(f"--num-warmups and the requests come to {num_warmups + len(reqs):,}; at most "
                         f"{MAX_PROMPTS:,} are simulated")
-    if num_warmups:
+    if num_warmups:  # (the copies' finish: of the first request alone, the same at any rate)
         source["num_warmups"] = num_warmups
+        done_s = warmups_done_s(cfg, spec, prof, d, reqs, num_warmups, **options)
         options["warmup"] = num_warmups
-        reqs = warmed_up(cfg, spec, prof, d, reqs, num_warmups, **options)
+        reqs = with_warmups(reqs, num_warmups, done_s)
     search = None
     if max_rate:
         def make(rate):
             made = requests_at(workload, rate)
-            return warmed_up(cfg, spec, prof, d, made, num_warmups, **options) if num_warmups else made
+            return with_warmups(made, num_warmups, done_s) if num_warmups else made
 
         rate, _, tried = find_max_rate(cfg, spec, prof, d, make, slos, **options)
         reqs = make(rate)
@@ -504,7 +505,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
             ("total token throughput", f"{m['total_token_throughput']:,.1f} tok/s"),
-            ("peak output tokens in a second", f"{m.get('max_output_tokens_per_s', 0):,.0f}"),
+            ("peak output tokens in a second", f"{m['max_output_tokens_per_s']:,.0f}"),
             ("peak requests in flight", f"{m['max_concurrent_requests']:,}"),
             ("engine steps / preemptions", f"{m['steps']:,} / {m['preemptions']:,}")]
     if m.get("prefix_cache_hit_rate") or head.get("prefix_len"):  # (none shared, none to say)

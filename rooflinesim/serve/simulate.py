@@ -428,20 +428,18 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                            interval_samples, seed, percentiles)
 
 
-def warmed_up(model, spec, profile, d: Deployment, reqs: Requests, count: int, **options) -> Requests:
-    """``reqs`` after ``count`` warm-up copies of the first, as vLLM bench serve's
-    ``--num-warmups`` sends them (``traffic.with_warmups``): the measured requests from when
-    the copies, simulated alone with ``options`` as ``serve`` takes them, have finished.
-    Serve the result with ``warmup=count``. (An interval's draws reuse this start: a slower
-    draw's copies may still be finishing as the measured requests begin.)"""
-    if count == 0:
-        return reqs
+def warmups_done_s(model, spec, profile, d: Deployment, reqs: Requests, count: int, **options) -> float:
+    """When ``count`` warm-up copies of the first of ``reqs``, sent as vLLM bench serve's
+    ``--num-warmups`` sends them (``traffic.with_warmups``) and simulated alone with
+    ``options`` as ``serve`` takes them, have finished: the start of the measured requests.
+    Serve ``with_warmups(reqs, count, that)`` with ``warmup=count``. (It depends on the first
+    request alone; an interval's draws reuse it: a slower draw's copies may still be
+    finishing as the measured requests begin.)"""
     if options.get("pd") is not None:
         raise UserError("warm-up requests are simulated for colocated replicas, not with --pd")
     copies = with_warmups(reqs, count, 0.0).take(slice(0, count))
     alone = {**options, "interval_samples": 0, "slo_ms": None, "warmup": 0, "progress": None}
-    done = serve(model, spec, profile, d, copies, **alone)
-    return with_warmups(reqs, count, float(done.served.finish_s.max()))
+    return float(serve(model, spec, profile, d, copies, **alone).served.finish_s.max())
 
 
 def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int, *, max_num_batched_tokens,

@@ -187,17 +187,23 @@ def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator, *
 CLIENTS = ("vllm", "sglang")  # the benchmark clients whose random dataset and arrivals are re-created
 
 
+def rescales_gaps(client: str) -> bool:
+    """Whether ``client`` rescales its gaps to the rate (``arrivals``' ``fill``): vLLM's
+    client does, SGLang's sends them as drawn."""
+    if client not in CLIENTS:
+        raise UserError(f"unknown benchmark client {client!r}; known: {', '.join(CLIENTS)}")
+    return client == "vllm"
+
+
 def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Generator,
                    client: str = "vllm") -> np.ndarray:
     """``n`` whole lengths, at least 1: uniform in [L (1 - r), L (1 + r)] as vLLM's random
     dataset draws them (r in [0, 1)), or in [r L, L] as SGLang's bench_serving does (r in
     [0, 1]: 1 is L exactly, 0 anything from 1 to L)."""
-    if client == "sglang":
+    if not rescales_gaps(client):  # (SGLang's)
         if not 0 <= range_ratio <= 1:
             raise UserError(f"SGLang's range ratio must be in [0, 1] (got {range_ratio!r})")
         return rng.integers(max(int(length * range_ratio), 1), length + 1, size=n)
-    if client != "vllm":
-        raise UserError(f"unknown benchmark client {client!r}; known: {', '.join(CLIENTS)}")
     if not 0 <= range_ratio < 1:
         raise UserError(f"vLLM's range ratio must be in [0, 1) (got {range_ratio!r}; SGLang's client takes 1)")
     lo, hi = max(1, int(length * (1 - range_ratio))), max(1, int(length * (1 + range_ratio)))
@@ -205,18 +211,16 @@ def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Gener
 
 
 def random_requests(n: int, input_len: int, output_len: int, *, rate: float = math.inf, burstiness: float = 1.0,
-                    range_ratio: float = 0.0, seed: int = 0, fill: bool | None = None, ramp: tuple | None = None,
+                    range_ratio: float = 0.0, seed: int = 0, ramp: tuple | None = None,
                     client: str = "vllm") -> Requests:
     """The random dataset of ``client``'s benchmark script (its lengths: ``random_lengths``)
-    sent at ``rate`` (see the module's notes; ``fill`` and ``ramp``: ``arrivals``; ``fill``
-    None: vLLM's client rescales its gaps, SGLang's sends them as drawn)."""
+    sent at ``rate`` as it sends them (see the module's notes; ``ramp``: ``arrivals``)."""
     if not 1 <= n <= MAX_REQUESTS:
         raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
     rng = np.random.default_rng(seed)
     inputs = random_lengths(n, input_len, range_ratio, rng, client)
     outputs = random_lengths(n, output_len, range_ratio, rng, client)
-    fill = client == "vllm" if fill is None else fill
-    return Requests(arrivals(n, rate, burstiness, rng, fill=fill, ramp=ramp), inputs, outputs)
+    return Requests(arrivals(n, rate, burstiness, rng, fill=rescales_gaps(client), ramp=ramp), inputs, outputs)
 
 
 def _data_dir():
@@ -239,9 +243,9 @@ def load_dataset(name: str) -> dict:
 
 
 def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: float = 1.0,
-                     seed: int = 0, fill: bool = True, ramp: tuple | None = None) -> Requests:
-    """``n`` requests of a shipped traffic shape (see the module's notes), sent at ``rate``
-    (``fill`` and ``ramp``: ``arrivals``)."""
+                     seed: int = 0, ramp: tuple | None = None, client: str = "vllm") -> Requests:
+    """``n`` requests of a shipped traffic shape (see the module's notes), sent at ``rate`` as
+    ``client``'s benchmark script sends them (``ramp``: ``arrivals``)."""
     if not 1 <= n <= MAX_REQUESTS:
         raise UserError(f"the number of prompts must be 1 to {MAX_REQUESTS:,} (got {n})")
     data = load_dataset(name)
@@ -250,7 +254,7 @@ def dataset_requests(name: str, n: int, *, rate: float = math.inf, burstiness: f
     pick = rng.choice(rows, size=n, replace=n > rows)
     inputs = np.asarray(data["input_tokens"], dtype=np.int64)[pick]
     outputs = np.asarray(data["output_tokens"], dtype=np.int64)[pick]
-    return Requests(arrivals(n, rate, burstiness, rng, fill=fill, ramp=ramp), inputs, outputs)
+    return Requests(arrivals(n, rate, burstiness, rng, fill=rescales_gaps(client), ramp=ramp), inputs, outputs)
 
 
 def requests_at(workload: dict, rate: float) -> Requests:
@@ -259,13 +263,12 @@ def requests_at(workload: dict, rate: float) -> Requests:
     ramp-up, ``ramp``, and the benchmark ``client`` whose semantics they follow) sent at
     ``rate``: the same lengths at any rate."""
     w = workload
-    client = w.get("client", "vllm")
-    how = dict(rate=rate, burstiness=w["burstiness"], seed=w["seed"], ramp=w.get("ramp"), fill=client == "vllm")
+    how = dict(rate=rate, burstiness=w["burstiness"], seed=w["seed"], ramp=w.get("ramp"),
+               client=w.get("client", "vllm"))
     if w["dataset"] != "random":
         reqs = dataset_requests(w["dataset"], w["num_prompts"], **how)
     else:
-        reqs = random_requests(w["num_prompts"], w["input_len"], w["output_len"], range_ratio=w["range_ratio"],
-                               client=client, **how)
+        reqs = random_requests(w["num_prompts"], w["input_len"], w["output_len"], range_ratio=w["range_ratio"], **how)
     return reqs.with_prefixes(w.get("prefix_len", 0), w.get("num_prefixes", 1), w["seed"])
 
 
