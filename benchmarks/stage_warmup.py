@@ -63,12 +63,8 @@ def main() -> None:
         mine = (stage == want) & ok
         late = mine & (arrival_s >= arrival_s[stage == want].min() + args.skip_s)
         pub = point["metrics"]
-
-        def fig(sel: np.ndarray) -> str:
-            return figure(ttft_s[sel])
-
-        row = (f"| {point['id']} | {pub['p99_ttft_ms']:.1f} / {pub['median_ttft_ms']:.1f} | {fig(mine)} | "
-               f"{fig(late)} | {int(mine.sum() - late.sum())} of {int(mine.sum())} |")
+        row = (f"| {point['id']} | {pub['p99_ttft_ms']:.1f} / {pub['median_ttft_ms']:.1f} | {figure(ttft_s[mine])} | "
+               f"{figure(ttft_s[late])} | {int(mine.sum() - late.sum())} of {int(mine.sum())} |")
         if args.simulate:
             served = simulated(point, 0).served
             w = served.warmup
