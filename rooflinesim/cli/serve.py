@@ -505,7 +505,7 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
             ("request throughput", f"{m['request_throughput']:.2f} req/s"),
             ("output token throughput", f"{m['output_throughput']:,.1f} tok/s"),
             ("total token throughput", f"{m['total_token_throughput']:,.1f} tok/s"),
-            ("peak output tokens in a second", f"{m['max_output_tokens_per_s']:,.0f}"),
+            ("peak output tokens in a second", f"{m.get('max_output_tokens_per_s', 0):,.0f}"),
             ("peak requests in flight", f"{m['max_concurrent_requests']:,}"),
             ("engine steps / preemptions", f"{m['steps']:,} / {m['preemptions']:,}")]
     if m.get("prefix_cache_hit_rate") or head.get("prefix_len"):  # (none shared, none to say)

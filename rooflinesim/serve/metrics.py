@@ -84,9 +84,10 @@ def summary(s: Served, slo_ms: dict | None = None, percentiles=PERCENTILES) -> d
         "steps": int(np.count_nonzero(steps >= start) if w else len(steps)),
     }
     ends = steps + s.steps["duration_s"]
-    mine = ends >= start  # (each measured request's tokens come in steps that end after its send)
-    per_s = np.bincount((ends[mine] - start).astype(np.int64), weights=s.steps["sampled"][mine])
-    out["max_output_tokens_per_s"] = float(per_s.max())
+    mine = ends >= start
+    if mine.any():  # (none where no step is logged: SGLang's decode pool takes no step for one-token requests)
+        per_s = np.bincount((ends[mine] - start).astype(np.int64), weights=s.steps["sampled"][mine])
+        out["max_output_tokens_per_s"] = float(per_s.max())
     events = np.concatenate([np.stack([finish, np.full(finish.size, -1.0)], 1),
                              np.stack([arrival, np.ones(arrival.size)], 1)])
     events = events[np.lexsort((events[:, 1], events[:, 0]))]  # (by time, a finish first)
