@@ -135,6 +135,7 @@ def simulate(point: dict, samples: int):
                  engine=point["engine"], interval_samples=samples, seed=point.get("seed", SEED),
                  concurrency=point.get("max_concurrency"),
                  kv_tokens=logged.get("kv_cache_tokens"), block_size=logged.get("block_size"),
+                 **({"gpu_memory_utilization": mem_fraction_static(point)} if point["engine"] == "sglang" else {}),
                  overlap_schedule=overlap_schedule(point), eager_prefill=eager_prefill(point),
                  cuda_graph_max_bs=cuda_graph_max_bs(point),
                  max_model_len=point.get("max_model_len"), warmup=warmup, **limits, **pair)
@@ -277,12 +278,41 @@ def cuda_graph_max_bs(point: dict) -> int | None:
     more until PR 10372 raised it, 2025-09-12), else the engine's default (None)."""
     if point["engine"] != "sglang":
         return None
-    if "cuda_graph_max_bs" in point:
-        return int(point["cuda_graph_max_bs"])
-    words = point.get("server", "").replace("=", " ").split()
-    if "--cuda-graph-max-bs" in words:
-        return int(words[words.index("--cuda-graph-max-bs") + 1])
+    stated = _stated(point, "cuda_graph_max_bs", int)
+    if stated is not None:
+        return stated
     return 160 if _version(point) < (0, 5) else None
+
+
+def _stated(point: dict, key: str, kind):
+    """A server setting as the point states it, else as its launch line passes the flag of
+    that name (``--cuda-graph-max-bs`` for cuda_graph_max_bs), else None."""
+    if key in point:
+        return kind(point[key])
+    words, flag = point.get("server", "").replace("=", " ").split(), "--" + key.replace("_", "-")
+    return kind(words[words.index(flag) + 1]) if flag in words else None
+
+
+def mem_fraction_static(point: dict) -> float | None:
+    """SGLang's mem_fraction_static on the point's server (its KV cache, where the log states
+    none: serve's SGLang budget, rooflinesim/memory/sglang.py): as its launch line or the point
+    states it; for releases 0.3.0 to 0.4.5, whose rule was by TP alone (server_args.py of those
+    wheels: 0.88; 0.87 at TP 2-3; 0.85 at TP 4-7; at TP 8-15 0.83 until 0.3.5, 0.82 in 0.3.6,
+    0.81 from 0.4.0; 0.79 from TP 16), that; else the engine's rule (None), which a point of
+    0.4.5.post3 to 0.5.9 must override by stating its own."""
+    if point["engine"] != "sglang":
+        return None
+    stated = _stated(point, "mem_fraction_static", float)
+    if stated is not None:
+        return stated
+    version, tp = _version(point), int(point["tp"])
+    if not (0, 3) <= version <= (0, 4, 5) or "post" in str(point.get("engine_version", "")):
+        return None
+    if tp >= 16:
+        return 0.79
+    if tp >= 8:
+        return 0.83 if version < (0, 3, 6) else 0.82 if version < (0, 4) else 0.81
+    return 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
 
 
 def _run(point: dict, samples: int) -> tuple:
@@ -299,13 +329,20 @@ def _run(point: dict, samples: int) -> tuple:
 
 
 def planned_kv_tokens(point: dict) -> int:
-    """The KV-cache tokens our memory planner gives the point's deployment (vLLM's budget)."""
+    """The KV-cache tokens our memory planner gives the point's deployment (its engine's
+    budget: SGLang's at the fraction its server ran, else vLLM's)."""
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
-    from rooflinesim.serve.simulate import engine_limits, kv_cache_tokens
+    from rooflinesim.serve.simulate import engine_kv_tokens, engine_limits, kv_cache_tokens
 
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
+    if point["engine"] == "sglang":
+        return engine_kv_tokens("sglang", model, spec, Deployment(tp=int(point["tp"]), weights=point["weights"]),
+                                block_size=1, gpu_memory_utilization=mem_fraction_static(point),
+                                max_num_batched_tokens=engine_limits("sglang", model, spec)["max_num_batched_tokens"],
+                                max_num_seqs=0, cuda_graph_max_bs=cuda_graph_max_bs(point),
+                                piecewise_cuda_graph=not eager_prefill(point))
     v = engine_limits("vllm", model, spec)
     return kv_cache_tokens(model, spec, Deployment(tp=int(point["tp"]), weights=point["weights"]), block_size=16,
                            gpu_memory_utilization=0.9, max_num_batched_tokens=v["max_num_batched_tokens"],
@@ -459,7 +496,8 @@ def main() -> None:
               f"the interval's level is 90%); serving sigma over every source: "
               + ", ".join(f"{g} {s:.2f}" for g, s in sigmas_of(rows).items()))
     if memory:
-        print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine vllm`):")
+        print("\nKV-cache tokens, the server's log against our memory planner (`fit --engine` of the point's engine, "
+              "at the fraction its server ran):")
         for pid, engine, logged, ours in memory:
             print(f"  {pid} ({engine}): logged {logged:,}, planned {ours:,} ({100 * (ours / logged - 1):+.1f}%)")
     if prefill:

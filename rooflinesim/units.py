@@ -13,11 +13,12 @@ import re
 
 from .errors import UserError
 
-__all__ = ["KINDS", "parse_quantity", "format_bytes", "format_seconds", "format_rate"]
+__all__ = ["KINDS", "MIB", "GIB", "parse_quantity", "format_bytes", "format_seconds", "format_rate"]
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {p + "i": float(1024**n) for n, p in enumerate("KMGTPE", start=1)}
 _BINARY["ki"] = _BINARY["Ki"]
+MIB, GIB = _BINARY["Mi"], _BINARY["Gi"]  # bytes in one MiB and one GiB
 _SUBUNIT = {"": 1.0, "m": 1e-3, "u": 1e-6, "\u00b5": 1e-6, "\u03bc": 1e-6, "n": 1e-9, "p": 1e-12}
 
 

@@ -40,9 +40,11 @@ def _override(ctx, param, values):
               help="bf16, fp16, fp8, int8 or int4 (weight-only, group-quantized as GPTQ/AWQ). "
                    "Default: what the config's quantization_config stores, else bf16.")
 @click.option("--kv", "--kv-dtype", "kv", default="bf16", show_default=True, help="KV-cache dtype: bf16, fp16 or fp8.")
-@click.option("--block-size", type=POS, default=16, show_default=True, help="Paged-KV block size (tokens).")
-@click.option("--gpu-memory-utilization", type=UTIL, default=0.9, show_default=True,
-              help="Share of the card the deployment may use; the rest is headroom.")
+@click.option("--block-size", type=POS, default=None,
+              help="Paged-KV block size (tokens; default 16, --engine sglang: its page size, 1).")
+@click.option("--gpu-memory-utilization", type=UTIL, default=None,
+              help="Share of the card the deployment may use; the rest is headroom (default 0.9; not with "
+                   "--engine sglang).")
 @click.option("--group-size", type=POS, default=None, help="int4 group size (default 128).")
 @click.option("--int4-format", type=click.Choice(["gptq", "awq"]), default=None,
               help="awq also stores a 4-bit zero point per group (default: the config's "
@@ -51,15 +53,27 @@ def _override(ctx, param, values):
 @click.option("--keep-16bit", "keep_16bit", multiple=True,
               type=click.Choice(["attention", "dense_mlp", "routed_experts", "shared_experts"]),
               help="Also keep these layers in 16 bits (repeatable).")
-@click.option("--engine", type=click.Choice(["vllm"]), default=None,
+@click.option("--engine", type=click.Choice(["vllm", "sglang"]), default=None,
               help="Budget memory the way this serving engine does (default: engine-neutral).")
+@click.option("--mem-fraction-static", type=UTIL, default=None,
+              help="--engine sglang: SGLang's flag, the share of the memory free before the weights kept for "
+                   "weights and KV cache (default: SGLang's rule for the GPU, TP x PP, prefill chunk and CUDA "
+                   "graphs).")
+@click.option("--cuda-graph-max-bs", type=click.IntRange(0, 1 << 20), default=None, metavar="N",
+              help="--engine sglang: its largest decode batch captured in a CUDA graph, which its default "
+                   "--mem-fraction-static reserves for (default: SGLang's for the GPU and TP).")
+@click.option("--eager-prefill", is_flag=True,
+              help="--engine sglang: no piecewise CUDA graphs for prefill (SGLang before 0.5.10), which its "
+                   "default --mem-fraction-static then does not reserve for.")
 @click.option("--device-memory", default=None,
               help="The card's total as a CUDA process sees it, e.g. '23.58 GiB' (default: known figure).")
 @click.option("--max-num-batched-tokens", type=POS, default=None,
               help="--engine vllm: tokens of its profiling pass (default: vLLM's, by GPU size).")
 @click.option("--max-num-seqs", type=POS, default=None,
               help="--engine vllm: sequences of its profiling pass.")
-@click.option("--prefill-chunk", type=POS, default=None, help="Tokens of one prefill chunk (default 8192).")
+@click.option("--prefill-chunk", type=POS, default=None,
+              help="Tokens of one prefill chunk (default 8192; --engine sglang: its chunked_prefill_size, by "
+                   "default SGLang's for the GPU).")
 @click.option("--overheads", "overheads_file", type=click.Path(dir_okay=False), default=None,
               help="YAML of named overheads (keys of rooflinesim/data/memory_overheads.yaml).")
 @click.option("--set", "overrides", multiple=True, callback=_override, metavar="KEY=VALUE",
@@ -70,7 +84,7 @@ def _override(ctx, param, values):
 @json_option
 def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_size,
         gpu_memory_utilization, group_size, int4_format, fp8_scales, keep_16bit, engine,
-        device_memory, max_num_batched_tokens, max_num_seqs, prefill_chunk, overheads_file,
+        mem_fraction_static, cuda_graph_max_bs, eager_prefill, device_memory, max_num_batched_tokens, max_num_seqs, prefill_chunk, overheads_file,
         overrides, attention, as_json):
     """Will MODEL fit on GPUs: memory per GPU, the verdict and the limits around it.
 
@@ -80,6 +94,9 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     if context is not None and batch * context > MAX_SIZE:
         raise UserError(f"--batch {batch} x --context {context} = {batch * context:.3g} tokens exceeds "
                         f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
+    if engine != "sglang" and (mem_fraction_static is not None or cuda_graph_max_bs is not None or eager_prefill):
+        raise UserError("--mem-fraction-static, --cuda-graph-max-bs and --eager-prefill budget SGLang's memory "
+                        "(--engine sglang)")
     total = None if device_memory is None else parse_size(device_memory, "--device-memory", whole=False,
                                                           max=MAX_BYTES)
     overheads = load_overheads(overheads_file, **overrides)
@@ -93,12 +110,14 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
             method = cfg.weight_quant_method or ""
             int4_format = "awq" if method.startswith("awq") else "gptq"
     plan = plan_fit(model, gpu, batch=batch, context=context, tp=tp, pp=pp, ep=ep,
-                    weights=weights, kv=kv, block_size=block_size,
+                    weights=weights, kv=kv, block_size=block_size or (1 if engine == "sglang" else 16),
                     gpu_memory_utilization=gpu_memory_utilization, group_size=group_size,
                     int4_format=int4_format, fp8_scales=fp8_scales, keep_16bit=keep_16bit,
                     engine=engine, overheads=overheads, device_memory_bytes=total,
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                    prefill_chunk_tokens=prefill_chunk, spec_files=spec_files)
+                    prefill_chunk_tokens=prefill_chunk, spec_files=spec_files,
+                    **({"mem_fraction_static": mem_fraction_static, "cuda_graph_max_bs": cuda_graph_max_bs,
+                        "piecewise_cuda_graph": not eager_prefill} if engine == "sglang" else {}))
     from ..attention_kernels import resolve
 
     kernel = resolve(attention, None, plan.setup.spec)  # (a class the GPU lacks: one sentence)
@@ -129,7 +148,7 @@ _LABELS = {"embedding": "embedding", "lm_head": "LM head", "attention": "attenti
            "quant_scales": "quantization scales", "rotary_cache": "rotary cos/sin cache",
            "cuda_context": "CUDA context", "cublas_workspace": "cuBLAS workspace",
            "cuda_graphs": "CUDA graphs", "nccl_buffers": "NCCL buffers",
-           "non_torch": "non-torch memory (vLLM)",
+           "non_torch": "non-torch memory (vLLM)", "distributed": "distributed set-up (SGLang, TP x PP > 1)",
            "tp_workspace": "TP all-reduce workspace (vLLM, TP > 1)", "weights": "weights",
            "kv_cache": "KV cache",
            "activation": "activation peak", "overheads": "overheads", "headroom": "headroom"}
@@ -141,7 +160,7 @@ def render(plan) -> str:
     cap = b.capacity
     par = f"TP {s.par.tp}" + (f", PP {s.par.pp}" if s.par.pp > 1 else "") + (
         f", EP {s.par.ep}" if s.par.ep > 1 else "")
-    engine = "vLLM budget" if s.engine == "vllm" else "engine-neutral"
+    engine = {"vllm": "vLLM budget", "sglang": "SGLang budget"}.get(s.engine, "engine-neutral")
     lines = [f"{s.cfg.name} on {s.par.gpus}x {s.spec.name} ({par}); weights {s.quant.label}, "
              f"KV {s.kv_dtype}; batch {plan.batch} x {plan.context:,} tokens [{engine}]"]
     if plan.fits:
@@ -160,7 +179,9 @@ def render(plan) -> str:
     rows.append(("activation peak", _b(b.activation["peak"]), _share(b.activation["peak"], cap)))
     rows.append(("overheads", _b(b.overhead_total), _share(b.overhead_total, cap)))
     rows += [(f"  {_LABELS[k]}", _b(v), _share(v, cap)) for k, v in b.overheads.items() if v > 0]
-    rows.append((f"headroom (1 - {s.utilization:g} of the card)", _b(b.headroom), _share(b.headroom, cap)))
+    reserve = (f"reserve (1 - {s.utilization:g} of the free memory: activations, CUDA graphs)"
+               if s.engine == "sglang" else f"headroom (1 - {s.utilization:g} of the card)")
+    rows.append((reserve, _b(b.headroom), _share(b.headroom, cap)))
     rows.append(("total", _b(b.total), _share(b.total, cap)))
     kind = "driver-visible total" if s.capacity_measured else "spec capacity"
     rows.append((f"capacity ({kind})", _b(cap), "100.0%"))
@@ -180,7 +201,15 @@ def render(plan) -> str:
     lines.append(f"uncertainty: KV room ± {_b(b.uncertainty_total)} ("
                  + ", ".join(f"{k} {_b(v)}" for k, v in b.uncertainty.items())
                  + f"), i.e. {lo:,} to {hi:,} tokens")
-    if s.engine == "vllm":
+    if s.engine == "sglang":
+        before = cap - b.overhead_total
+        origin = "given" if s.utilization_source == "given" else "SGLang's default for this GPU and TP x PP"
+        lines.append(f"SGLang: mem_fraction_static {s.utilization:g} ({origin}); free before the "
+                     f"weights {_b(before)}, after {_b(before - b.weights_total)}; KV pool {_b(b.kv_room)} ± "
+                     f"{_b(b.uncertainty_total)}; max_total_num_tokens {plan.kv_cache_tokens:,} (pages of "
+                     f"{s.block_size}); chunked_prefill_size {s.prefill_chunk_tokens:,}, cuda_graph_max_bs "
+                     f"{s.cuda_graph_max_bs}")
+    elif s.engine == "vllm":
         o, tp = s.overheads, s.par.tp
         lines.append(f"vLLM: total {_b(cap)} x {s.utilization:g} = {_b(cap * s.utilization)}; "
                      f"profiling pass {s.max_num_batched_tokens:,} tokens, {s.max_num_seqs} sequences; "

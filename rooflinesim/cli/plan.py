@@ -61,7 +61,10 @@ MAX_RATE = 1e6
 @click.option("--interval-samples", type=Size(min=0, max=1000), default=10, show_default=True,
               help="Draws of the kernel model's error in each final run (intervals, and the probability "
                    "that the SLOs hold).")
-@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--gpu-memory-utilization", type=FRACTION, default=None,
+              help="vllm and trtllm: the engine's share of each card, as serve's (default 0.9).")
+@click.option("--mem-fraction-static", type=FRACTION, default=None,
+              help="sglang: SGLang's flag, as serve --mem-fraction-static (default: its rule for each GPU and TP).")
 @click.option("--max-model-len", type=SizeOrAuto(max=2**31), default=None,
               help="Longest request (prompt + output tokens) every deployment must accept, as serve "
                    "--max-model-len (default: the model's context, or for vLLM the longest its KV cache holds "
@@ -94,7 +97,7 @@ MAX_RATE = 1e6
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
          prefix_len, num_prefixes, num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization,
-         max_model_len, request_overhead, eager_prefill, cuda_graph_max_bs, disable_cascade_attn, jobs,
+         mem_fraction_static, max_model_len, request_overhead, eager_prefill, cuda_graph_max_bs, disable_cascade_attn, jobs,
          ray_address, plot, force, include_uncalibrated, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
@@ -106,6 +109,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
 
     from ..hardware import load_spec
     from ..serve.plan import load_prices, plan as run
+    from ..serve.simulate import memory_fraction
     from ..serve.traffic import datasets
 
     if math.isinf(rate) or rate > MAX_RATE:
@@ -145,7 +149,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   weights=list(weights or ("bf16", "fp8")), kv_dtypes=list(kv_dtypes or ("bf16",)), max_gpus=max_gpus,
                   prices=prices, engine=engine, samples=interval_samples, jobs=jobs, ray_address=ray_address,
                   max_num_batched_tokens=list(tokens_options), max_num_seqs=list(seqs_options),
-                  gpu_memory_utilization=gpu_memory_utilization, uncalibrated=include_uncalibrated,
+                  gpu_memory_utilization=memory_fraction(engine, gpu_memory_utilization, mem_fraction_static),
+                  uncalibrated=include_uncalibrated,
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
                   request_overhead_s=request_overhead, eager_prefill=eager_prefill,
                   max_model_len=None if max_model_len == "auto" else max_model_len,

@@ -125,12 +125,17 @@ def _goodput(ctx, param, values) -> dict:
               help="Most requests running at once (default: the engine's).")
 @click.option("--block-size", type=Size(max=4096), default=None,
               help="KV block, in tokens (default: the engine's: 16 vLLM, 1 SGLang, 32 TensorRT-LLM).")
-@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True,
-              help="Share of each card the engine may use (sets the KV cache with the memory planner; "
-                   "trtllm: TensorRT-LLM's free_gpu_memory_fraction, the share of what the weights and a "
-                   "forward pass leave).")
+@click.option("--gpu-memory-utilization", type=FRACTION, default=None,
+              help="vllm: share of each card the engine may use (sets the KV cache with the memory planner; "
+                   "default 0.9); trtllm: TensorRT-LLM's free_gpu_memory_fraction, the share of what the weights "
+                   "and a forward pass leave (default 0.9).")
+@click.option("--mem-fraction-static", type=FRACTION, default=None,
+              help="sglang: SGLang's flag, the share of the memory free before the weights kept for weights and "
+                   "KV cache (default: SGLang's rule for the GPU, TP x PP, prefill chunk and CUDA graphs, as "
+                   "`rooflinesim fit --engine sglang` prints it).")
 @click.option("--kv-cache-tokens", type=POS, default=None,
-              help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds).")
+              help="KV-cache tokens per replica (default: what `rooflinesim fit --engine vllm` finds; sglang: "
+                   "`fit --engine sglang`).")
 @click.option("--max-model-len", type=SizeOrAuto(max=2**31), default=None,
               help="Longest request (prompt + output tokens) the engine accepts: vLLM's --max-model-len, "
                    "SGLang's --context-length, TensorRT-LLM's max_seq_len (default: the model's "
@@ -251,7 +256,8 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
-          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, kv_cache_tokens,
+          hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, mem_fraction_static,
+          kv_cache_tokens,
           max_model_len, pd,
           decode_tp, decode_gpu, kv_link_bandwidth, kv_link_latency, step_overhead, request_overhead, overlap_schedule,
           eager_prefill, cuda_graph_max_bs, capacity_policy, chunked_context, num_prompts,
@@ -265,6 +271,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     reports them."""
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
+    from ..serve.simulate import memory_fraction
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
@@ -364,7 +371,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
                     0.0 if kv_link_latency is None else
                     parse_size(kv_link_latency, "--kv-link-latency", "seconds", whole=False, max=1e3, min_open=False))
     options = dict(engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                   block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, kv_tokens=kv_cache_tokens,
+                   block_size=block_size, kv_tokens=kv_cache_tokens,
+                   gpu_memory_utilization=memory_fraction(engine, gpu_memory_utilization, mem_fraction_static),
                    step_overhead_s=step_overhead, request_overhead_s=request_overhead, concurrency=concurrency,
                    slo_ms=goodput or None, seed=seed,
                    pd=pd, decode_tp=decode_tp, decode_gpu=decoder, kv_link=link, overlap_schedule=overlap_schedule,

@@ -11,7 +11,10 @@ against the card's driver-visible total):
   profiling pass at max_num_batched_tokens, and the memory it finds outside torch
   (non_torch_memory, with a workspace that appears only at TP > 1); what is left is cut into
   KV blocks. CUDA graphs are captured after the KV cache is allocated and live in the
-  (1 - utilization) reserve.
+  (1 - utilization) reserve;
+* ``engine="sglang"``: SGLang's rule (``sglang``): of the memory free before the weights
+  (the card less the CUDA context and its distributed set-up) it keeps mem_fraction_static
+  for weights and KV pool; the reserve holds activations and CUDA graphs, nothing profiled.
 
 Each budget states its uncertainty in bytes (the sum of its parts' bounds, from the scatter
 of published vLLM logs) and warns when the KV room is a small share of the budget, where a
@@ -35,7 +38,7 @@ from .weights import KV_DTYPES, Parallelism, Quantization, check_dtype, stage_la
 __all__ = ["ENGINES", "Setup", "StageBudget", "MemoryPlan", "make_setup", "budget", "fit",
            "largest_batch", "vllm_defaults"]
 
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "sglang")
 _MAX_TP = 64  # largest TP degree `min_gpus` tries
 _BIG_GPU_BYTES = 70 * 2**30  # vLLM picks larger batching defaults on GPUs with >= 70 GiB
 
@@ -59,6 +62,8 @@ class Setup:
     max_num_batched_tokens: int
     max_num_seqs: int
     prefill_chunk_tokens: int
+    utilization_source: str = "given"  # where the fraction came from (SGLang's default rule, or given)
+    cuda_graph_max_bs: int = 0  # sglang: the largest decode batch it captures (its reserve counts it)
 
     def stage_weights(self, stage: int) -> dict[str, float]:
         return _cached_weights(self, stage)
@@ -142,6 +147,16 @@ def budget(s: Setup, batch: int, context: int) -> list[StageBudget]:
         per_token = kv_bytes_per_token(s.cfg, par.tp, s.kv_dtype, len(layers))
         kv = batch * blocks_per_sequence(context, s.block_size) * s.block_size * per_token
         act_dtype = s.quant.high_precision_dtype
+        if s.engine == "sglang":  # nothing profiled: the reserve holds activations and graphs
+            overheads = {"cuda_context": o.cuda_context, "distributed": o.sglang_distributed_bytes(par.gpus)}
+            before = s.capacity_bytes - sum(overheads.values())  # (free when it measures, before the weights)
+            usable = before * s.utilization
+            room = usable - sum(weights.values())  # (free after the weights less the reserve)
+            error = {"weights": o.uncertainty_weights_fraction * sum(weights.values()),
+                     "overheads": o.uncertainty_overheads_fraction * sum(overheads.values())}
+            out.append(StageBudget(stage, len(layers), weights, kv, per_token, {"peak": 0.0}, overheads,
+                                   before - usable, s.capacity_bytes, room, usable, error))
+            continue
         if s.engine == "vllm":  # its profiling pass: max_num_batched_tokens, max_num_seqs rows
             tokens = s.max_num_batched_tokens
             rows = min(s.max_num_seqs, tokens)
@@ -255,6 +270,13 @@ class MemoryPlan:
                   "quantization": s.quant.label,
                   "kept_in_16bit": sorted({"embedding", "lm_head", "norms", "router"}
                                           | set(s.quant.keep_16bit))}
+        if s.engine == "sglang":
+            return {**common, "engine": "sglang", "mem_fraction_static": s.utilization,
+                    "mem_fraction_static_source": s.utilization_source,
+                    "chunked_prefill_size": s.prefill_chunk_tokens, "cuda_graph_max_bs": s.cuda_graph_max_bs,
+                    "cuda_context_bytes": o.cuda_context,
+                    "sglang_distributed_per_peer_bytes": o.sglang_distributed_per_peer,
+                    "activation_and_cuda_graphs": "inside the (1 - mem_fraction_static) reserve"}
         if s.engine == "vllm":
             return {**common, "engine": "vllm", "max_num_batched_tokens": s.max_num_batched_tokens,
                     "max_num_seqs": s.max_num_seqs,
@@ -309,6 +331,12 @@ class MemoryPlan:
                          "gpu_kv_cache_tokens": self.kv_cache_tokens,
                          "max_num_batched_tokens": s.max_num_batched_tokens,
                          "max_num_seqs": s.max_num_seqs}
+        if s.engine == "sglang":
+            before = s.capacity_bytes - b.overhead_total
+            d["sglang"] = {"mem_fraction_static": s.utilization, "free_before_weights_bytes": before,
+                           "free_after_weights_bytes": before - b.weights_total,
+                           "kv_pool_bytes": b.kv_room, "max_total_num_tokens": self.kv_cache_tokens,
+                           "page_size": s.block_size}
         return d
 
 
@@ -320,13 +348,17 @@ def _positive(name: str, value: Any) -> int:
 
 def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
                weights: str = "bf16", kv: str = "bf16", block_size: int = 16,
-               gpu_memory_utilization: float = 0.9, group_size: int | None = None,
+               gpu_memory_utilization: float | None = None, group_size: int | None = None,
                int4_format: str = "gptq", fp8_scales: str = "tensor", keep_16bit=(),
                engine: str | None = None, overheads: Overheads | str | None = None,
                device_memory_bytes: float | None = None,
                max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-               prefill_chunk_tokens: int | None = None, spec_files=()) -> Setup:
-    """Resolve and check everything but batch and context (one-sentence UserErrors)."""
+               prefill_chunk_tokens: int | None = None, spec_files=(), mem_fraction_static: float | None = None,
+               cuda_graph_max_bs: int | None = None, piecewise_cuda_graph: bool = True) -> Setup:
+    """Resolve and check everything but batch and context (one-sentence UserErrors).
+    ``gpu_memory_utilization`` (default 0.9) is vLLM's share of the card, or the engine-neutral
+    budget's; SGLang's is ``mem_fraction_static`` (default: its rule for the GPU, TP x PP,
+    prefill chunk, ``cuda_graph_max_bs`` and ``piecewise_cuda_graph``, ``sglang``)."""
     from ..hardware import load_spec
     from ..models.config import load_config
     from ..models.facts import ModelFacts
@@ -340,10 +372,17 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
                          frozenset(keep_16bit))
     kv_dtype = check_dtype(kv, KV_DTYPES, "KV-cache")
     _positive("block size", block_size)
-    if isinstance(gpu_memory_utilization, bool) or not 0 < float(gpu_memory_utilization) <= 1:
-        raise UserError(f"gpu memory utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     if engine is not None and engine not in ENGINES:
         raise UserError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    if engine == "sglang" and gpu_memory_utilization is not None:
+        raise UserError("SGLang keeps its share of the card with mem_fraction_static (--mem-fraction-static), "
+                        "not gpu_memory_utilization")
+    if engine != "sglang" and (mem_fraction_static is not None or cuda_graph_max_bs is not None):
+        raise UserError("mem_fraction_static and cuda_graph_max_bs are SGLang's (--engine sglang)")
+    fraction = mem_fraction_static if engine == "sglang" else gpu_memory_utilization
+    if fraction is not None and (isinstance(fraction, bool) or not 0 < float(fraction) <= 1):
+        name = "mem_fraction_static" if engine == "sglang" else "gpu memory utilization"
+        raise UserError(f"{name} must be in (0, 1], got {fraction!r}")
     if device_memory_bytes is not None:
         if device_memory_bytes <= 0:
             raise UserError(f"device memory must be above 0, got {device_memory_bytes!r}")
@@ -354,9 +393,24 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
     mnbt, seqs = vllm_defaults(spec, capacity)
     mnbt = _positive("max num batched tokens", max_num_batched_tokens or mnbt)
     seqs = _positive("max num seqs", max_num_seqs or seqs)
-    chunk = _positive("prefill chunk", prefill_chunk_tokens or o.prefill_chunk_tokens)
-    return Setup(cfg, spec, par, quant, kv_dtype, block_size, float(gpu_memory_utilization), o,
-                 engine, capacity, source, measured, mnbt, seqs, chunk)
+    origin, graphs = "given", 0
+    if engine == "sglang":
+        from . import sglang
+
+        chunk = _positive("prefill chunk", prefill_chunk_tokens or sglang.chunked_prefill_size(spec))
+        graphs = sglang.cuda_graph_max_bs(spec, tp) if cuda_graph_max_bs is None else int(cuda_graph_max_bs)
+        if graphs < 0:
+            raise UserError(f"cuda_graph_max_bs must be 0 (no decode graph) or more, not {graphs}")
+        if fraction is None:
+            smi = device_memory(spec).nvidia_smi_bytes if device_memory_bytes is None else None
+            fraction = sglang.mem_fraction_static(smi or capacity, tp=tp, pp=pp, chunk=chunk, graphs=graphs,
+                                                  piecewise=piecewise_cuda_graph, mla=cfg.is_mla)
+            origin = sglang.FRACTION_SOURCE + ("" if piecewise_cuda_graph else ", without piecewise CUDA graphs")
+    else:
+        chunk = _positive("prefill chunk", prefill_chunk_tokens or o.prefill_chunk_tokens)
+        fraction = 0.9 if fraction is None else fraction
+    return Setup(cfg, spec, par, quant, kv_dtype, block_size, float(fraction), o,
+                 engine, capacity, source, measured, mnbt, seqs, chunk, origin, graphs)
 
 
 def _valid_tps(cfg, ep: int) -> list[int]:
@@ -370,7 +424,8 @@ def fit(model, gpu="h100", *, batch: int = 1, context: int | None = None, **opti
     these dtypes? Options are those of ``make_setup`` (tp, pp, ep, weights, kv, block_size,
     gpu_memory_utilization, group_size, int4_format, fp8_scales, keep_16bit, engine,
     overheads, device_memory_bytes, max_num_batched_tokens, max_num_seqs,
-    prefill_chunk_tokens, spec_files). ``context`` defaults to the model's maximum."""
+    prefill_chunk_tokens, spec_files, mem_fraction_static, cuda_graph_max_bs,
+    piecewise_cuda_graph). ``context`` defaults to the model's maximum."""
     s = make_setup(model, gpu, **options)
     cfg = s.cfg
     _positive("batch", batch)

@@ -62,6 +62,7 @@ class Overheads(BaseModel):
     vllm_non_torch_per_peer: Bytes
     vllm_tp_workspace: Bytes
     vllm_tp_workspace_architectures: Names
+    sglang_distributed_per_peer: Bytes
     uncertainty_weights_fraction: float = Field(ge=0, le=1)
     uncertainty_activation_fraction: float = Field(ge=0, le=1)
     uncertainty_activation_moe_fraction: float = Field(ge=0, le=1)
@@ -72,6 +73,10 @@ class Overheads(BaseModel):
     def nccl_bytes(self, gpus: int) -> float:
         """NCCL buffers of one GPU among ``gpus`` that talk to each other (0 when alone)."""
         return 0.0 if gpus <= 1 else self.nccl_base + self.nccl_per_peer * (gpus - 1)
+
+    def sglang_distributed_bytes(self, gpus: int) -> float:
+        """What SGLang's distributed set-up takes on one GPU among ``gpus`` (TP x PP)."""
+        return self.sglang_distributed_per_peer * (gpus - 1)
 
     def vllm_non_torch_bytes(self, tp: int) -> float:
         """vLLM's non-torch memory of one worker at tensor parallelism ``tp``, without the
@@ -148,6 +153,7 @@ class DeviceMemory(BaseModel):
     total_bytes: float
     source: str
     measured: bool
+    nvidia_smi_bytes: float | None = None  # memory.total as nvidia-smi reports it (SGLang reads it)
 
 
 @lru_cache(maxsize=1)
@@ -162,5 +168,7 @@ def device_memory(spec) -> DeviceMemory:
     if entry is None:
         return DeviceMemory(total_bytes=spec.memory.capacity_bytes, measured=False,
                             source=f"spec capacity of {spec.name} (no driver-visible figure known)")
+    smi = entry.get("nvidia_smi_total")
     return DeviceMemory(total_bytes=parse_quantity(entry["total"], "bytes"),
-                        source=str(entry["source"]).strip(), measured=True)
+                        source=str(entry["source"]).strip(), measured=True,
+                        nvidia_smi_bytes=None if smi is None else parse_quantity(smi, "bytes"))

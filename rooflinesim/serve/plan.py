@@ -167,15 +167,19 @@ def _bounds(args) -> dict:
             np.maximum(prompt - reqs.longest_prefix(), 1.0)
         longest = int((prompt + output).max())
         gmu, engine = job["gpu_memory_utilization"], job["engine"]
-        block = engine_limits(engine, model, spec)["block_size"]
+        base = engine_limits(engine, model, spec)
+        block = base["block_size"]
+        sglang = {"cuda_graph_max_bs": job.get("cuda_graph_max_bs"),
+                  "piecewise_cuda_graph": not job.get("eager_prefill")} if engine == "sglang" else {}
         kv_default = engine_kv_tokens(engine, model, spec, d, block_size=block, gpu_memory_utilization=gmu,
-                                      max_num_batched_tokens=8192, max_num_seqs=1024)
+                                      max_num_batched_tokens=base["max_num_batched_tokens"] if sglang else 8192,
+                                      max_num_seqs=1024, **sglang)
         pairs, out["default"] = _limits(engine, model, spec, kv_default, job)
         fits = []
         limit = job.get("max_model_len")
         for tokens, seqs in pairs:
             kv = engine_kv_tokens(engine, model, spec, d, block_size=block, gpu_memory_utilization=gmu,
-                                  max_num_batched_tokens=tokens, max_num_seqs=seqs)
+                                  max_num_batched_tokens=tokens, max_num_seqs=seqs, **sglang)
             need = kv_needed(model, limit, tokens, block) if limit and engine == "vllm" else 0
             if kv < longest:
                 out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, "rejected": "does not fit",
@@ -391,7 +395,7 @@ def calibrated(gpu: str) -> bool:
 def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list, weights: list,
          kv_dtypes: list, max_gpus: int, prices: dict, engine: str = "vllm", samples: int = 10,
          max_num_batched_tokens: list | None = None, max_num_seqs: list | None = None, jobs: int | None = None,
-         gpu_memory_utilization: float = 0.9, uncalibrated: bool = False, ray_address: str | None = None,
+         gpu_memory_utilization: float | None = None, uncalibrated: bool = False, ray_address: str | None = None,
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
          on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False,
          max_model_len: int | None = None, disable_cascade_attn: bool = False,

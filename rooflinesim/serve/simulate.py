@@ -1,5 +1,6 @@
 """`serve` as a library call: a deployment (as for ``predict_model``), its KV cache from the
-memory planner (``rooflinesim fit --engine vllm``'s figure), an engine's scheduler over a
+memory planner (``rooflinesim fit --engine vllm``'s figure, or ``--engine sglang``'s for
+SGLang), an engine's scheduler over a
 stream of requests, and the benchmark client's metrics.
 
 Data-parallel replicas each get every dp-th request (round robin, as a load balancer
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import UserError
+from ..memory import sglang as sglang_memory
 from ..models.deploy import Deployment
 from . import context
 from .engine import EngineParams, engine_class, simulate
@@ -163,6 +165,18 @@ def check_engine_flags(engine: str, *, eager_prefill: bool = False, disable_casc
         raise UserError(f"--cuda-graph-max-bs must be 0 (no decode graph) or more, not {cuda_graph_max_bs}")
 
 
+def memory_fraction(engine: str, gpu_memory_utilization: float | None, mem_fraction_static: float | None):
+    """The engine's own share of each card from the flag it takes (serve and plan alike):
+    SGLang's --mem-fraction-static, the others' --gpu-memory-utilization (None: the default)."""
+    if engine == "sglang" and gpu_memory_utilization is not None:
+        raise UserError("SGLang keeps its share of each card with --mem-fraction-static (its flag); "
+                        "--gpu-memory-utilization is vLLM's and TensorRT-LLM's")
+    if engine != "sglang" and mem_fraction_static is not None:
+        raise UserError(f"--mem-fraction-static is SGLang's (--engine sglang); {engine}'s share of each card is "
+                        f"--gpu-memory-utilization")
+    return mem_fraction_static if engine == "sglang" else gpu_memory_utilization
+
+
 def eager_pass_host_s(model, d: Deployment) -> float:
     """The host time of one SGLang forward pass without a CUDA graph through one pipeline
     stage of ``d`` (``SGLANG_EAGER_HOST_S`` per layer; the layers shared out evenly over the
@@ -172,7 +186,6 @@ def eager_pass_host_s(model, d: Deployment) -> float:
     return total / d.pp
 
 
-GIB = 2 ** 30
 # SGLang's decode CUDA graphs: batches up to cuda_graph_max_bs are captured (padded up to the
 # next captured size), a larger one runs without a graph (cuda_graph_runner.py, can_run)
 SGLANG_CUDA_GRAPH_SOURCE = (
@@ -182,23 +195,9 @@ SGLANG_CUDA_GRAPH_SOURCE = (
     "a larger decode batch runs without a graph, its host time per pass as --eager-prefill prices a prefill "
     "batch's (an absorbing state under load: sgl-project/sglang issue 33483)")
 
-
-# SGLang's defaults by the GPU's memory (server_args.py, one table): below this many GiB, its
-# chunked_prefill_size and its cuda_graph_max_bs at TP under 4 and at TP 4 and more
-SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
-                       (math.inf, 16384, 512, 512))
-
-
-def _sglang_tier(spec) -> tuple:
-    gib = spec.memory.capacity_bytes / GIB
-    return next(t for t in SGLANG_MEMORY_TIERS if gib < t[0])
-
-
-def sglang_cuda_graph_max_bs(spec, tp: int) -> int:
-    """SGLang's default largest decode batch captured in a CUDA graph on ``spec`` at ``tp``
-    (``SGLANG_CUDA_GRAPH_SOURCE``)."""
-    tier = _sglang_tier(spec)
-    return tier[2] if tp < 4 else tier[3]
+# (SGLang's defaults by the GPU's memory, its chunked_prefill_size and cuda_graph_max_bs with its
+# memory rule: rooflinesim/memory/sglang.py)
+sglang_cuda_graph_max_bs = sglang_memory.cuda_graph_max_bs
 
 
 def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, context_len: int | None = None) -> dict:
@@ -209,7 +208,7 @@ def engine_limits(engine: str, model, spec, kv_tokens: int | None = None, contex
     from ..memory import vllm_defaults
 
     if engine == "sglang":  # (server_args.py: chunked_prefill_size by GPU memory; scheduler.py)
-        chunk = _sglang_tier(spec)[1]
+        chunk = sglang_memory.chunked_prefill_size(spec)
         seqs = 4096
         if kv_tokens is not None:
             longest = context_len or model.max_position_embeddings or 4096
@@ -302,14 +301,28 @@ def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_u
     return int(plan.kv_cache_tokens)
 
 
-def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int, gpu_memory_utilization: float,
-                     max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    """KV-cache tokens of one replica as ``engine`` budgets its memory: vLLM's rule
-    (``kv_cache_tokens``) for every engine but trtllm, whose ``gpu_memory_utilization`` is
-    TensorRT-LLM's free_gpu_memory_fraction (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py:
-    "Default is 90%"): that share of what the memory planner leaves at the whole card (the
-    weights, a forward pass of the limits, the CUDA context), in whole ``block_size`` blocks
-    (vLLM's rule counts its own 16-token blocks, whatever ``block_size``)."""
+def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int,
+                     gpu_memory_utilization: float | None, max_num_batched_tokens: int, max_num_seqs: int,
+                     cuda_graph_max_bs: int | None = None, piecewise_cuda_graph: bool = True) -> int:
+    """KV-cache tokens of one replica as ``engine`` budgets its memory, ``gpu_memory_utilization``
+    being the engine's own share of the card (None: its default): vLLM's rule
+    (``kv_cache_tokens``; 0.9) for every engine but sglang and trtllm. SGLang's is its
+    mem_fraction_static (``rooflinesim fit --engine sglang``: its rule for the GPU, TP x PP,
+    its prefill chunk ``max_num_batched_tokens``, ``cuda_graph_max_bs`` and
+    ``piecewise_cuda_graph``), in pages of ``block_size``. TensorRT-LLM's is its
+    free_gpu_memory_fraction (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py: "Default is
+    90%"): that share of what the memory planner leaves at the whole card (the weights, a
+    forward pass of the limits, the CUDA context), in whole ``block_size`` blocks (vLLM's rule
+    counts its own 16-token blocks, whatever ``block_size``)."""
+    if engine == "sglang":
+        from ..memory import fit
+
+        plan = fit(model, spec.name, batch=1, context=1, tp=d.tp, pp=d.pp, ep=d.ep, weights=d.weights,
+                   kv=d.kv_cache, block_size=block_size, group_size=d.group_size, engine="sglang",
+                   mem_fraction_static=gpu_memory_utilization, prefill_chunk_tokens=max_num_batched_tokens,
+                   cuda_graph_max_bs=cuda_graph_max_bs, piecewise_cuda_graph=piecewise_cuda_graph)
+        return int(plan.kv_cache_tokens)
+    gpu_memory_utilization = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
     if engine == "trtllm":
         free = kv_cache_tokens(model, spec, d, block_size=block_size, gpu_memory_utilization=1.0,
                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
@@ -320,7 +333,7 @@ def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int
 
 def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None, block_size: int | None = None,
-          gpu_memory_utilization: float = 0.9, kv_tokens: int | None = None, step_overhead_s: float | None = None,
+          gpu_memory_utilization: float | None = None, kv_tokens: int | None = None, step_overhead_s: float | None = None,
           concurrency: int | None = None, slo_ms: dict | None = None, interval_samples: int = 0,
           seed: int = 0, progress=None, pd: tuple | None = None, decode_tp: int | None = None,
           decode_gpu: tuple | None = None, kv_link=None, overlap_schedule: bool | None = None,
@@ -331,6 +344,10 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
           warmup: int = 0, percentiles=PERCENTILES) -> ServeResult:
     """Simulate ``engine`` serving ``reqs`` on ``d``, and with ``interval_samples`` the
     intervals the kernel model's error gives (see the module's notes; ``seed`` draws them).
+    ``gpu_memory_utilization``: the engine's own share of each card, which sets its KV cache
+    where ``kv_tokens`` does not (``engine_kv_tokens``): vLLM's gpu_memory_utilization,
+    SGLang's mem_fraction_static, TensorRT-LLM's free_gpu_memory_fraction (None: each one's
+    default, SGLang's by its rule for the GPU).
     ``pd``: (prefill replicas, decode replicas) of a disaggregated pair (``disaggregated``),
     the decode replicas at ``decode_tp`` (default: d's) on ``decode_gpu`` ((spec, profile);
     default: the prefill replicas' GPU), the KV moved over ``kv_link`` (default, and where
@@ -449,7 +466,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
              disable_cascade_attn=False, cuda_graph_max_bs=None) -> tuple:
     """One replica of ``d`` under ``engine``: its scheduler's limits (the engine's defaults
     for the GPU where not given), its KV cache (``engine_kv_tokens``, where not given: vLLM's
-    and TensorRT-LLM's budgets at their limits, SGLang's as vLLM's at vLLM's defaults), and
+    and TensorRT-LLM's budgets at their limits, SGLang's by its rule at its prefill chunk, its
+    decode graphs and, unless ``eager_prefill``, its piecewise prefill graphs), and
     its step tables up to
     ``max_context``; vLLM's checks at start (a step's token budget holds a token of each
     running request; the KV cache holds one request of ``max_model_len``), which with
@@ -462,12 +480,15 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
     if kv_tokens is None:
         if engine in ("trtllm", "vllm"):  # (its forward pass, or vLLM's profiling pass, at its own limits)
             limits = (mnbt, int(max_num_seqs or base["max_num_seqs"]))
+        elif engine == "sglang":  # (its prefill chunk feeds its rule)
+            limits = (mnbt, 0)
         else:  # (vLLM's profiling pass at vLLM's limits)
             v = engine_limits("vllm", model, spec)
             limits = (v["max_num_batched_tokens"], v["max_num_seqs"])
         kv_tokens = engine_kv_tokens(engine, model, spec, d, block_size=block_size,
                                      gpu_memory_utilization=gpu_memory_utilization,
-                                     max_num_batched_tokens=limits[0], max_num_seqs=limits[1])
+                                     max_num_batched_tokens=limits[0], max_num_seqs=limits[1],
+                                     cuda_graph_max_bs=cuda_graph_max_bs, piecewise_cuda_graph=not eager_prefill)
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
