@@ -205,6 +205,11 @@ def test_serve_sglang_takes_its_own_budget():
     planned = fit("llama-3.1-8b", "h100", batch=1, context=1, engine="sglang", mem_fraction_static=0.88,
                   prefill_chunk_tokens=8192, block_size=1)
     assert d["kv_cache_tokens"] == planned.kv_cache_tokens
+    assert d["mem_fraction_static"] == 0.88 and "fit --engine sglang" in d["kv_cache_source"]
+    code, out = _cli("serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "5", "--input-len", "64",
+                     "--output-len", "8", "--interval-samples", "0", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["gpu_memory_utilization"] == 0.9 and "fit --engine vllm" in d["kv_cache_source"]
     for args in (("--engine", "sglang", "--gpu-memory-utilization", "0.8"),
                  ("--engine", "vllm", "--mem-fraction-static", "0.8")):
         code, out = _cli("serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "5", *args)

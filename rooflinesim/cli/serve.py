@@ -456,6 +456,8 @@ class _progress:
 
 
 def _print(head: dict, r, d, spec, extra: dict) -> None:
+    from ..serve.simulate import MEMORY_FRACTION_KEYS
+
     m, e = r.metrics, r.engine
     rate = "all" if head.get("all_at_once") else head.get("request_rate")
     sent = "all at t = 0" if rate == "all" else \
@@ -482,7 +484,9 @@ def _print(head: dict, r, d, spec, extra: dict) -> None:
     how_run = d.describe(weight_blocks=head.get("weight_block_size"))
     out = [f"{head['model']} on {d.gpus} x {spec.name} ({how_run}) [profile: {head['profile']}]",
            f"engine {e.name}: max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs}, "
-           f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks), "
+           f"KV cache {r.kv_tokens:,} tokens per replica ({e.block_size}-token blocks"
+           + (f", {MEMORY_FRACTION_KEYS.get(e.name, 'gpu_memory_utilization')} {e.memory_fraction[0]:g}"
+              if e.memory_fraction and e.memory_fraction[0] is not None else "") + "), "
            + (f"max_model_len {e.max_model_len:,}, " if e.max_model_len else "")
            + f"{e.step_overhead_s * 1e3:g} ms host time per step"
            + ((", async scheduling" if e.name == "vllm" else ", overlap scheduler") if e.overlap else "")

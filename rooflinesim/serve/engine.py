@@ -144,6 +144,8 @@ class EngineParams:
     # vllm: (query heads, KV heads of a GPU, the GPU's SMs) where its FlashAttention backend may
     # run cascade attention over a prefix every running request shares (cascade_prefix); None: never
     cascade: tuple | None = None
+    # the engine's share of each card its KV cache was sized at and where it came from (None: tokens given)
+    memory_fraction: tuple | None = None
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)

@@ -268,6 +268,8 @@ class ServeResult:
             "interval_serving_source": shipped()["source"] if self.serving_sigmas else None}
         return {**self.metrics, **extra, "engine": e.name, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "max_num_seqs": e.max_num_seqs, "block_size": e.block_size, "kv_cache_tokens": self.kv_tokens,
+                **({MEMORY_FRACTION_KEYS.get(e.name, "gpu_memory_utilization"): e.memory_fraction[0],
+                    "kv_cache_source": e.memory_fraction[1]} if e.memory_fraction else {}),
                 "max_model_len": e.max_model_len,
                 "step_overhead_s": e.step_overhead_s,
                 "step_overhead_source": ("given (--step-overhead)" if "step" in self.given
@@ -301,10 +303,20 @@ def kv_cache_tokens(model, spec, d: Deployment, *, block_size: int, gpu_memory_u
     return int(plan.kv_cache_tokens)
 
 
-def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int,
+# each engine's name for its share of the card, as its JSON reports it
+MEMORY_FRACTION_KEYS = {"sglang": "mem_fraction_static", "trtllm": "free_gpu_memory_fraction"}
+
+
+def engine_kv_tokens(engine: str, model, spec, d: Deployment, **budget) -> int:
+    """KV-cache tokens of one replica as ``engine`` budgets its memory (``engine_kv_budget``)."""
+    return engine_kv_budget(engine, model, spec, d, **budget)[0]
+
+
+def engine_kv_budget(engine: str, model, spec, d: Deployment, *, block_size: int,
                      gpu_memory_utilization: float | None, max_num_batched_tokens: int, max_num_seqs: int,
-                     cuda_graph_max_bs: int | None = None, piecewise_cuda_graph: bool = True) -> int:
-    """KV-cache tokens of one replica as ``engine`` budgets its memory, ``gpu_memory_utilization``
+                     cuda_graph_max_bs: int | None = None, piecewise_cuda_graph: bool = True) -> tuple:
+    """(KV-cache tokens, the share of the card and where it came from) of one replica as
+    ``engine`` budgets its memory, ``gpu_memory_utilization``
     being the engine's own share of the card (None: its default): vLLM's rule
     (``kv_cache_tokens``; 0.9) for every engine but sglang and trtllm. SGLang's is its
     mem_fraction_static (``rooflinesim fit --engine sglang``: its rule for the GPU, TP x PP,
@@ -321,14 +333,21 @@ def engine_kv_tokens(engine: str, model, spec, d: Deployment, *, block_size: int
                    kv=d.kv_cache, block_size=block_size, group_size=d.group_size, engine="sglang",
                    mem_fraction_static=gpu_memory_utilization, prefill_chunk_tokens=max_num_batched_tokens,
                    cuda_graph_max_bs=cuda_graph_max_bs, piecewise_cuda_graph=piecewise_cuda_graph)
-        return int(plan.kv_cache_tokens)
+        fraction = plan.setup.utilization
+        return int(plan.kv_cache_tokens), fraction, (
+            f"rooflinesim fit --engine sglang at mem_fraction_static {fraction:g} "
+            f"({plan.setup.utilization_source})")
+    given = "given" if gpu_memory_utilization is not None else "default"
     gpu_memory_utilization = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
     if engine == "trtllm":
         free = kv_cache_tokens(model, spec, d, block_size=block_size, gpu_memory_utilization=1.0,
                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
-        return int(free * gpu_memory_utilization) // block_size * block_size
+        return int(free * gpu_memory_utilization) // block_size * block_size, gpu_memory_utilization, (
+            f"TensorRT-LLM's free_gpu_memory_fraction {gpu_memory_utilization:g} ({given}) of what the memory "
+            f"planner leaves at the whole card")
     return kv_cache_tokens(model, spec, d, block_size=16, gpu_memory_utilization=gpu_memory_utilization,
-                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs), \
+        gpu_memory_utilization, f"rooflinesim fit --engine vllm at gpu_memory_utilization {gpu_memory_utilization:g} ({given})"
 
 
 def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = "vllm",
@@ -485,10 +504,13 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
         else:  # (vLLM's profiling pass at vLLM's limits)
             v = engine_limits("vllm", model, spec)
             limits = (v["max_num_batched_tokens"], v["max_num_seqs"])
-        kv_tokens = engine_kv_tokens(engine, model, spec, d, block_size=block_size,
-                                     gpu_memory_utilization=gpu_memory_utilization,
-                                     max_num_batched_tokens=limits[0], max_num_seqs=limits[1],
-                                     cuda_graph_max_bs=cuda_graph_max_bs, piecewise_cuda_graph=not eager_prefill)
+        kv_tokens, *fraction = engine_kv_budget(engine, model, spec, d, block_size=block_size,
+                                                gpu_memory_utilization=gpu_memory_utilization,
+                                                max_num_batched_tokens=limits[0], max_num_seqs=limits[1],
+                                                cuda_graph_max_bs=cuda_graph_max_bs,
+                                                piecewise_cuda_graph=not eager_prefill)
+    else:
+        fraction = (None, "given (--kv-cache-tokens)")
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")
@@ -520,7 +542,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                      prefill_host_s=host if eager_prefill else 0.0,
                      eager_decode_above=graphs, decode_host_s=host if graphs is not None else 0.0,
                      max_model_len=max_model_len, prefix_caching=bool(prefix_caching),
-                     cascade=cascade_rule(engine, model, spec, d, disable_cascade_attn) if prefix_caching else None)
+                     cascade=cascade_rule(engine, model, spec, d, disable_cascade_attn) if prefix_caching else None,
+                     memory_fraction=tuple(fraction))
     engine_class(engine, d.pp)  # (an engine with no pipeline model says so before the tables are priced)
     steps = step_times(model, spec, profile, d, max_tokens=max(mnbt, seqs), max_seqs=seqs,
                        max_context=max(max_context, 2))
