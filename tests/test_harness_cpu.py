@@ -334,12 +334,16 @@ def test_committed_measurements_come_from_the_suites_as_defined():
 # ------------------------------------------------- a run stopped, files that are not ours
 
 def _start(out, *extra):
+    import signal
     import subprocess
     import sys
 
+    # (SIGINT at its default in the run, as at a terminal: a shell that starts the tests in the
+    # background hands its children SIGINT ignored, and Python then keeps it so)
     return subprocess.Popen([sys.executable, "-m", "rooflinesim.harness", "run", "--device", "cpu",
                              "--suite", "cpu-tiny", "--quiet", "--out", str(out), *extra],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_lines(path, n, proc, timeout_s=60.0):
