@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from .kv import activation_bytes, blocks_per_sequence, kv_bytes_per_token
+from . import sglang
 from .overheads import Overheads, device_memory, load_overheads
 from .weights import KV_DTYPES, Parallelism, Quantization, check_dtype, stage_layers, weight_bytes
 
@@ -151,7 +152,7 @@ def budget(s: Setup, batch: int, context: int) -> list[StageBudget]:
             overheads = {"cuda_context": o.cuda_context, "distributed": o.sglang_distributed_bytes(par.gpus)}
             before = s.capacity_bytes - sum(overheads.values())  # (free when it measures, before the weights)
             usable = before * s.utilization
-            room = usable - sum(weights.values())  # (free after the weights less the reserve)
+            room = sglang.pool_bytes(before, before - sum(weights.values()), s.utilization)
             error = {"weights": o.uncertainty_weights_fraction * sum(weights.values()),
                      "overheads": o.uncertainty_overheads_fraction * sum(overheads.values())}
             out.append(StageBudget(stage, len(layers), weights, kv, per_token, {"peak": 0.0}, overheads,
@@ -395,8 +396,6 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
     seqs = _positive("max num seqs", max_num_seqs or seqs)
     origin, graphs = "given", 0
     if engine == "sglang":
-        from . import sglang
-
         chunk = _positive("prefill chunk", prefill_chunk_tokens or sglang.chunked_prefill_size(spec))
         graphs = sglang.cuda_graph_max_bs(spec, tp) if cuda_graph_max_bs is None else int(cuda_graph_max_bs)
         if graphs < 0:
