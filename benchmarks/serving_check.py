@@ -337,14 +337,15 @@ def planned_kv_tokens(point: dict) -> int:
     from rooflinesim.serve.simulate import engine_kv_tokens, engine_limits, kv_cache_tokens
 
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"])
     if point["engine"] == "sglang":
-        return engine_kv_tokens("sglang", model, spec, Deployment(tp=int(point["tp"]), weights=point["weights"]),
+        return engine_kv_tokens("sglang", model, spec, d,
                                 block_size=1, gpu_memory_utilization=mem_fraction_static(point),
                                 max_num_batched_tokens=engine_limits("sglang", model, spec)["max_num_batched_tokens"],
                                 max_num_seqs=0, cuda_graph_max_bs=cuda_graph_max_bs(point),
                                 piecewise_cuda_graph=not eager_prefill(point))
     v = engine_limits("vllm", model, spec)
-    return kv_cache_tokens(model, spec, Deployment(tp=int(point["tp"]), weights=point["weights"]), block_size=16,
+    return kv_cache_tokens(model, spec, d, block_size=16,
                            gpu_memory_utilization=0.9, max_num_batched_tokens=v["max_num_batched_tokens"],
                            max_num_seqs=v["max_num_seqs"])
 

@@ -188,6 +188,7 @@ def test_cli_fit_sglang_json_and_table():
     ("--engine", "sglang", "--gpu-memory-utilization", "0.8"),
     ("--engine", "vllm", "--mem-fraction-static", "0.8"),
     ("--mem-fraction-static", "0.8"),
+    ("--engine", "vllm", "--eager-prefill"),
     ("--engine", "sglang", "--mem-fraction-static", "0"),
     ("--engine", "sglang", "--cuda-graph-max-bs", "-1"),
 ])

@@ -84,8 +84,8 @@ def _override(ctx, param, values):
 @json_option
 def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_size,
         gpu_memory_utilization, group_size, int4_format, fp8_scales, keep_16bit, engine,
-        mem_fraction_static, cuda_graph_max_bs, eager_prefill, device_memory, max_num_batched_tokens, max_num_seqs, prefill_chunk, overheads_file,
-        overrides, attention, as_json):
+        mem_fraction_static, cuda_graph_max_bs, eager_prefill, device_memory, max_num_batched_tokens,
+        max_num_seqs, prefill_chunk, overheads_file, overrides, attention, as_json):
     """Will MODEL fit on GPUs: memory per GPU, the verdict and the limits around it.
 
     Exit code 0: it fits; 1: it does not; 2: bad input."""
@@ -94,9 +94,6 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
     if context is not None and batch * context > MAX_SIZE:
         raise UserError(f"--batch {batch} x --context {context} = {batch * context:.3g} tokens exceeds "
                         f"2^40 ({MAX_SIZE:.3g}); give smaller sizes")
-    if engine != "sglang" and (mem_fraction_static is not None or cuda_graph_max_bs is not None or eager_prefill):
-        raise UserError("--mem-fraction-static, --cuda-graph-max-bs and --eager-prefill budget SGLang's memory "
-                        "(--engine sglang)")
     total = None if device_memory is None else parse_size(device_memory, "--device-memory", whole=False,
                                                           max=MAX_BYTES)
     overheads = load_overheads(overheads_file, **overrides)
@@ -116,8 +113,8 @@ def fit(model, gpu, spec_files, tp, pp, ep, batch, context, weights, kv, block_s
                     engine=engine, overheads=overheads, device_memory_bytes=total,
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                     prefill_chunk_tokens=prefill_chunk, spec_files=spec_files,
-                    **({"mem_fraction_static": mem_fraction_static, "cuda_graph_max_bs": cuda_graph_max_bs,
-                        "piecewise_cuda_graph": not eager_prefill} if engine == "sglang" else {}))
+                    mem_fraction_static=mem_fraction_static, cuda_graph_max_bs=cuda_graph_max_bs,
+                    piecewise_cuda_graph=not eager_prefill)
     from ..attention_kernels import resolve
 
     kernel = resolve(attention, None, plan.setup.spec)  # (a class the GPU lacks: one sentence)

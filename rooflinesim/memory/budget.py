@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import UserError
-from .kv import activation_bytes, blocks_per_sequence, kv_bytes_per_token
 from . import sglang
+from .kv import activation_bytes, blocks_per_sequence, kv_bytes_per_token
 from .overheads import Overheads, device_memory, load_overheads
 from .weights import KV_DTYPES, Parallelism, Quantization, check_dtype, stage_layers, weight_bytes
 
@@ -378,8 +378,10 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
     if engine == "sglang" and gpu_memory_utilization is not None:
         raise UserError("SGLang keeps its share of the card with mem_fraction_static (--mem-fraction-static), "
                         "not gpu_memory_utilization")
-    if engine != "sglang" and (mem_fraction_static is not None or cuda_graph_max_bs is not None):
-        raise UserError("mem_fraction_static and cuda_graph_max_bs are SGLang's (--engine sglang)")
+    if engine != "sglang" and (mem_fraction_static is not None or cuda_graph_max_bs is not None
+                               or not piecewise_cuda_graph):
+        raise UserError("mem_fraction_static, cuda_graph_max_bs and piecewise_cuda_graph (--mem-fraction-static, "
+                        "--cuda-graph-max-bs, --eager-prefill) budget SGLang's memory (--engine sglang)")
     fraction = mem_fraction_static if engine == "sglang" else gpu_memory_utilization
     if fraction is not None and (isinstance(fraction, bool) or not 0 < float(fraction) <= 1):
         name = "mem_fraction_static" if engine == "sglang" else "gpu memory utilization"
