@@ -144,7 +144,10 @@ def test_default_fraction_is_used_and_named():
     plan = fit("llama-3.1-8b", "h200", batch=1, context=1, engine="sglang")
     s = plan.setup
     assert s.utilization == sglang.mem_fraction_static(143771 * MIB, tp=1, pp=1, chunk=8192, graphs=256)
-    assert "0.5.10" in s.utilization_source
+    assert "0.5.10" in s.utilization_source and "no nvidia-smi figure" not in s.utilization_source
+    # a GPU with no nvidia-smi figure says what stood for it
+    other = fit("llama-3.1-8b", "b200", batch=1, context=1, engine="sglang").setup
+    assert "no nvidia-smi figure for b200: its spec capacity" in other.utilization_source
     eager = fit("llama-3.1-8b", "h200", batch=1, context=1, engine="sglang", piecewise_cuda_graph=False)
     assert eager.setup.utilization > s.utilization and eager.kv_cache_tokens > plan.kv_cache_tokens
 

@@ -406,7 +406,9 @@ def make_setup(model, gpu="h100", *, tp: int = 1, pp: int = 1, ep: int = 1,
             smi = device_memory(spec).nvidia_smi_bytes if device_memory_bytes is None else None
             fraction = sglang.mem_fraction_static(smi or capacity, tp=tp, pp=pp, chunk=chunk, graphs=graphs,
                                                   piecewise=piecewise_cuda_graph, mla=cfg.is_mla)
-            origin = sglang.FRACTION_SOURCE + ("" if piecewise_cuda_graph else ", without piecewise CUDA graphs")
+            origin = sglang.FRACTION_SOURCE + ("" if piecewise_cuda_graph else ", without piecewise CUDA graphs") + (
+                "" if smi else f"; no nvidia-smi figure for {spec.name}: its "
+                               f"{'driver-visible total' if measured else 'spec capacity'} stands for it")
     else:
         chunk = _positive("prefill chunk", prefill_chunk_tokens or o.prefill_chunk_tokens)
         fraction = 0.9 if fraction is None else fraction
