@@ -457,6 +457,8 @@ def test_traces_under_azure_names_and_json_lines():
     lines = "\n".join(json.dumps({"arrival_s": a, "input_tokens": 100, "output_tokens": 10}) for a in (3.0, 1.0))
     j = parse_trace(lines, "t.jsonl")
     assert j.arrival_s.tolist() == [0.0, 2.0]
+    ours = parse_trace("arrival_time_s,input_tokens,output_tokens\n0.5,10,2\n2.0,20,3\n", "t.csv")
+    assert ours.arrival_s.tolist() == [0.0, 1.5]
 
 
 @pytest.mark.parametrize("text, says", [
@@ -529,19 +531,21 @@ def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
     (["--goodput", "ttft:-1"], "above 0"),
     (["--goodput", "latency:3"], "expected KEY:MS"),
     (["--pp", "2", "--engine", "sglang"], "pipeline"),
-    (["--range-ratio", "1"], "range-ratio"),
+    (["--range-ratio", "1"], "--client sglang"),
     (["--trace", "/nonexistent/trace.csv"], "trace"),
     (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], "at least --max-num-seqs"),
     (["--kv-cache-tokens", "100", "--input-len", "4000"], "KV blocks"),
+    (["--kv-cache-tokens", "1"], "less than one KV block"),
     (["--overlap-schedule", "--engine", "static"], "overlap scheduler"),
     (["--overlap-schedule", "--pp", "2"], "pipeline stages"),
 ])
-def test_cli_bad_input_is_one_sentence_and_exit_2(args, says):
+def test_cli_bad_input_is_one_sentence_and_exit_2(args, says, capsys):
     from rooflinesim.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
-    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and "Traceback" not in err, err
 
 
 def test_cli_bad_input_messages(capsys):

@@ -99,7 +99,7 @@ def test_sglangs_client_draws_its_own_lengths_and_sends_its_gaps_as_drawn():
     assert random_lengths(20000, 100, 0.0, rng, "sglang").min() == 1
     v = random_lengths(20000, 1000, 0.5, rng)
     assert v.min() >= 500 and v.max() <= 1500
-    with pytest.raises(UserError, match="SGLang's client takes 1"):
+    with pytest.raises(UserError, match="--client sglang, takes 1"):
         random_lengths(5, 100, 1.0, rng)
     with pytest.raises(UserError, match="unknown benchmark client"):
         random_lengths(5, 100, 0.5, rng, "trtllm-bench")
@@ -115,7 +115,7 @@ def test_cli_client_sglang():
     assert code == 0, err
     got = json.loads(out)
     assert got["client"] == "sglang" and got["total_input_tokens"] == 300 * 1000
-    for bad, says in ((["--range-ratio", "1"], "SGLang's client takes 1"),
+    for bad, says in ((["--range-ratio", "1"], "--client sglang, takes 1"),
                       (["--client", "sglang", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
                         "--ramp-up-end-rps", "2"], "has none")):
         code, _, err = run_cli([*BASE, *bad])

@@ -511,6 +511,8 @@ def _replica(model, spec, profile, d: Deployment, engine: str, max_context: int,
                                                 piecewise_cuda_graph=not eager_prefill)
     else:
         fraction = (None, "given (--kv-cache-tokens)")
+    if kv_tokens < block_size and fraction[-1] == "given (--kv-cache-tokens)":
+        raise UserError(f"--kv-cache-tokens {kv_tokens:,} is less than one KV block of {block_size:,} tokens")
     if kv_tokens < block_size:
         raise UserError(f"{model.name} leaves no room for a KV cache on {d.gpus // d.dp} x {spec.name} "
                         f"(see rooflinesim fit)")

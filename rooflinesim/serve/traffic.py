@@ -205,7 +205,7 @@ def random_lengths(n: int, length: int, range_ratio: float, rng: np.random.Gener
             raise UserError(f"SGLang's range ratio must be in [0, 1] (got {range_ratio!r})")
         return rng.integers(max(int(length * range_ratio), 1), length + 1, size=n)
     if not 0 <= range_ratio < 1:
-        raise UserError(f"vLLM's range ratio must be in [0, 1) (got {range_ratio!r}; SGLang's client takes 1)")
+        raise UserError(f"vLLM's range ratio must be in [0, 1) (got {range_ratio!r}; SGLang's client, --client sglang, takes 1)")
     lo, hi = max(1, int(length * (1 - range_ratio))), max(1, int(length * (1 + range_ratio)))
     return rng.integers(lo, hi + 1, size=n)
 
@@ -274,7 +274,7 @@ def requests_at(workload: dict, rate: float) -> Requests:
 
 # column names a trace may use, ours first
 _COLUMNS = {
-    "arrival": ("arrival_s", "arrival_time", "timestamp", "time"),
+    "arrival": ("arrival_s", "arrival_time_s", "arrival_time", "timestamp", "time"),
     "input": ("input_tokens", "input_len", "prompt_tokens", "contexttokens", "context_tokens", "input_length"),
     "output": ("output_tokens", "output_len", "generated_tokens", "generatedtokens", "output_length"),
 }
