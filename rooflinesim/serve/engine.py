@@ -149,6 +149,7 @@ class EngineParams:
 
 
 _sum, _count = np.add.reduce, np.count_nonzero  # (the plain ufunc calls: a step makes a few dozen)
+_max, _min, _cumsum = np.maximum.reduce, np.minimum.reduce, np.add.accumulate  # (cumsum's own, less its wrapper)
 
 CASCADE_MIN_PREFIX = 256  # vLLM's use_cascade_attention: a shorter common prefix is not worth a second kernel
 CASCADE_MIN_REQUESTS = 8  # nor are fewer requests in the step
@@ -461,22 +462,27 @@ class _Sim:
         floor = self.steps.dense_decode[n] + self.steps.logits[n] + self.p.step_overhead_s
         return min(k, max(int((due - self.now) / floor), -1) + 2)  # (with the overlap, it may be due already)
 
-    def until_due(self, dur: np.ndarray, due: float) -> int:
+    def until_due(self, dur: np.ndarray, due: float) -> tuple:
         """Of steps of these durations from now, how many the loop runs before a request due
         at ``due`` joins: up to the one in which it comes due, with the overlap scheduler
-        (which forms a batch as the one before starts) the first to start after it."""
-        ends = self.now + np.cumsum(dur)
-        return min(dur.size, int(np.searchsorted(ends - dur if self.p.overlap else ends, due, side="left")) + 1)
+        (which forms a batch as the one before starts) the first to start after it. (That
+        many, and when each of the steps ends: ``record_run``'s ``ends`` for the first so many.)"""
+        ends = self.now + _cumsum(dur)
+        k = min(dur.size, int((ends - dur if self.p.overlap else ends).searchsorted(due, side="left")) + 1)
+        return k, ends
 
-    def record_run(self, dur: np.ndarray, sizes, blocks) -> np.ndarray:
+    def record_run(self, dur: np.ndarray, sizes, blocks, ends: np.ndarray | None = None) -> np.ndarray:
         """Steps of durations ``dur`` from now, one after another, of ``sizes`` decodes
-        (a list, or one for all) holding ``blocks`` KV blocks (an array or list); now is their end, the
-        last formed as ``record`` leaves it. (When each ends.)"""
-        ends = self.now + np.cumsum(dur)
+        (an array("q"), a list, or one for all) holding ``blocks`` KV blocks (an array or list); now is
+        their end, the last formed as ``record`` leaves it. ``ends``: when each ends, where known
+        (``until_due``'s; a cumulative sum's first values are those of the sum over fewer).
+        (When each ends.)"""
         log, k = self.log, dur.size
+        ends = self.now + _cumsum(dur) if ends is None else ends[:k]
         log["start_s"].frombytes((ends - dur).tobytes())
         log["duration_s"].frombytes(np.ascontiguousarray(dur, dtype=float).tobytes())
-        size = array("q", [sizes]) * k if isinstance(sizes, (int, np.integer)) else array("q", sizes)
+        size = array("q", [sizes]) * k if isinstance(sizes, (int, np.integer)) else \
+            sizes if isinstance(sizes, array) else array("q", sizes)
         log["tokens"].extend(size)
         log["sequences"].extend(size)
         log["sampled"].extend(size)
@@ -541,13 +547,15 @@ class _Running:
         return self.id.size
 
     def keep(self, mask) -> None:
+        fields = self.__dict__
         for f in self.FIELDS:
-            setattr(self, f, getattr(self, f)[mask])
+            fields[f] = fields[f][mask]
 
     def add_columns(self, *columns) -> None:
         """Append requests given as one array (or value) a field, in ``FIELDS``' order."""
+        fields = self.__dict__
         for f, c in zip(self.FIELDS, columns):
-            setattr(self, f, np.concatenate((getattr(self, f), c)))
+            fields[f] = np.concatenate((fields[f], c))
 
     def add(self, rows: list) -> None:
         """Append requests, each (id, tokens, computed, held, generated, output, last)."""
@@ -633,8 +641,9 @@ class _VllmV1(_Sim):
             on = give > 0  # (a running request the budget did not reach is not in the step)
             samples = on & (ctx == run.tokens)
             common = self.common_prefix(run, on, bool((give[on] == 1).all())) if self.cascading else 0
-            dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], _count(samples), common) + p.step_overhead_s
-            self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free, _count(samples))
+            sampled = _count(samples)
+            dur = self.steps.step_of(give[on], ctx[on], (want == 1)[on], sampled, common) + p.step_overhead_s
+            self.record(self.now, dur, int(_sum(give)), _count(on), p.kv_blocks - free, sampled)
             self.now += dur
             run.computed = ctx
             # 4. tokens sampled, requests finished
@@ -652,7 +661,7 @@ class _VllmV1(_Sim):
         or None where the case does not hold."""
         p, bs = self.p, self.p.block_size
         n = run.size
-        if len(waiting) + n > p.max_num_seqs or (n and (int(want.max()) != 1 or int(want.min()) != 1)):
+        if len(waiting) + n > p.max_num_seqs or (n and (_max(want) != 1 or _min(want) != 1)):
             return None
         need = _blocks(run.computed + 1, bs) - run.held
         left = free - int(_sum(need))
@@ -664,18 +673,19 @@ class _VllmV1(_Sim):
             return None
         prompts = tokens[ids]
         blocks = _blocks(prompts, bs)
-        if int(_sum(prompts)) > budget or int(_sum(blocks)) > left:
+        prompt_tokens, prompt_blocks = int(_sum(prompts)), int(_sum(blocks))
+        if prompt_tokens > budget or prompt_blocks > left:
             return None
         waiting.clear()
         t = prompts.astype(float)
-        dur = self.steps.step_s(n, float(_sum(run.computed) + n) / n if n else 0.0, len(ids), int(_sum(prompts)),
+        dur = self.steps.step_s(n, float(_sum(run.computed) + n) / n if n else 0.0, len(ids), prompt_tokens,
                                 float(_sum(t * t) / _sum(t)), n + len(ids)) + p.step_overhead_s
-        left -= int(_sum(blocks))
+        left -= prompt_blocks
         for i in ids:
-            if np.isnan(self.scheduled[i]):
+            if math.isnan(self.scheduled[i]):
                 self.scheduled[i] = self.now
-        self.looked_up(int(_sum(prompts)), 0)  # (none found: no request here shares a prefix)
-        self.record(self.now, dur, n + int(_sum(prompts)), n + len(ids), p.kv_blocks - left, n + len(ids))
+        self.looked_up(prompt_tokens, 0)  # (none found: no request here shares a prefix)
+        self.record(self.now, dur, n + prompt_tokens, n + len(ids), p.kv_blocks - left, n + len(ids))
         self.now += dur
         run.computed = run.computed + 1
         run.held = run.held + need
@@ -692,7 +702,8 @@ class _VllmV1(_Sim):
         k = _count(firsts)
         if k:
             self.first[run.id[firsts]] = self.now
-            self.prefix_computed(run.id[firsts], run.tokens[firsts])
+            if self.group is not None:
+                self.prefix_computed(run.id[firsts], run.tokens[firsts])
         if k < run.size:
             self.itl.append((self.now - run.last[~firsts], 1))
         run.last = np.full(run.size, self.now)
@@ -705,14 +716,16 @@ class _VllmV1(_Sim):
         p, bs = self.p, self.p.block_size
         budget = p.max_num_batched_tokens
         # 1. the running requests, in order, as far as the budget goes
-        give = np.minimum(want, np.maximum(budget - (np.cumsum(want) - want), 0))
+        give = np.minimum(want, np.maximum(budget - (_cumsum(want) - want), 0))
         need = _blocks(run.computed + give, bs) - run.held  # (0 where given nothing: held covers computed)
         preempted = False
-        if int(_sum(need)) > free:
+        grow = int(_sum(need))
+        if grow > free:
             give, need, free = self._preempt(run, give, need, free, waiting, tokens, gen)
             want = run.tokens - run.computed
             preempted = True
-        free -= int(_sum(need))
+            grow = int(_sum(need))
+        free -= grow
         run.held = run.held + need
         budget -= int(_sum(give))
         # 2. waiting requests, in order, where nothing was preempted
@@ -757,7 +770,7 @@ class _VllmV1(_Sim):
         if _count(firsts):
             self.first[run.id[firsts]] = self.now
             self.prefix_computed(run.id[firsts], run.tokens[firsts])  # (chunked prompts' prefixes now cached)
-        later = got & (run.generated > 1)
+        later = got ^ firsts  # (those given a token and past their first)
         if _count(later):
             self.itl.append((self.now - run.last[later], 1))
         run.last = np.where(got, self.now, run.last)
@@ -802,12 +815,12 @@ class _VllmV1(_Sim):
             g = min(int(tokens[i]), p.max_num_batched_tokens - n)
             if g > 0 and _blocks(g, p.block_size) <= free:
                 return False
-        if want.max() != 1 or want.min() != 1 or run.generated.min() < 1:  # (a prompt's last token is no decode)
+        if _max(want) != 1 or _min(want) != 1 or _min(run.generated) < 1:  # (a prompt's last token is no decode)
             return False
         left = run.output - run.generated  # (steps to each request's last token)
-        first = int(left.min())
+        first = int(_min(left))
         # (past a finish only where no waiting request, nor one a freed slot lets the client send, could join)
-        k = int(left.max()) if not waiting and self.slots is None else first
+        k = int(_max(left)) if not waiting and self.slots is None else first
         due = self.due()
         k = self.steps_before_due(k, n if k == first else 1, due)
         c = run.computed
@@ -826,7 +839,7 @@ class _VllmV1(_Sim):
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
             order = np.argsort(left, kind="stable")
             ranked = left[order].tolist()
-            held = np.cumsum(c[order][::-1])[::-1].tolist()  # (context held by each request on, in that order)
+            held = _cumsum(c[order][::-1])[::-1].tolist()  # (context held by each request on, in that order)
             parts, a, at = [], 0, self.now  # (one part a batch size, until the step in which one is due)
             for r in range(n):
                 b = min(ranked[r], k)
@@ -834,13 +847,13 @@ class _VllmV1(_Sim):
                     common = self.common_prefix(run, None, True, order[r:]) if self.cascading else 0
                     d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b], common) + p.step_overhead_s
                     parts.append((d, n - r))
-                    at += float(d.sum())
+                    at += float(_sum(d))
                     a = b
                     if a == k or at >= due:
                         break
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
-        k = self.until_due(dur, due)
+        k, ends = self.until_due(dur, due)
         dur, j = dur[:k], j[:k]
         steps = np.minimum(left, k)  # (each request's steps in the stretch)
         held = _blocks(c + steps, p.block_size)
@@ -850,8 +863,8 @@ class _VllmV1(_Sim):
         if self.group is not None and _count(left < k):  # (those that finish: their shared blocks stay)
             after += self.kept_if_left(run.id[left < k])
         # (each step's batch, the parts past the stretch's end cut off)
-        size = n if len(parts) == 1 else [m for d, m in parts for _ in range(d.size)][:k]
-        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64))
+        size = n if len(parts) == 1 else sum((array("q", [m]) * d.size for d, m in parts), array("q"))[:k]
+        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64), ends)
         self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
         a = 0  # then every later step's, once for each request it serves)
         for d, m in parts:
@@ -1039,7 +1052,8 @@ class _VllmV1Pipeline(_VllmV1):
         on = give > 0
         samples = on & (ctx == run.tokens)
         common = self.common_prefix(run, on, bool((give[on] == 1).all())) if self.cascading else 0
-        stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], _count(samples), common)
+        sampled = _count(samples)
+        stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], sampled, common)
         run.computed = ctx
         t = self.now + p.step_overhead_s  # (the host forms the batch, then the first stage takes it when free)
         self.now = t
@@ -1049,7 +1063,7 @@ class _VllmV1Pipeline(_VllmV1):
             stage_free[s] = t
         ids = run.id[samples]
         inflight.append((t, ids, self.epoch[ids]))
-        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, _count(samples))
+        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, sampled)
         return True, free
 
 
@@ -1130,8 +1144,8 @@ class _SGLang(_Sim):
                 continue
             # 1. a prefill batch, if one can be formed
             free = capacity - used
-            run_ids = np.array(running, dtype=np.int64)
-            reserved = float(np.minimum(self.output[run_ids] - gen[run_ids], SGLANG_CLIP_NEW_TOKENS).sum()) * ratio
+            # (the running requests' reservation: read only where a prompt may join the batch)
+            reserved = self._reserved(running, gen, ratio) if waiting or chunked is not None else 0.0
             rem_total, rem_input, rem_chunk = free - reserved, p.max_prefill_tokens, p.max_num_batched_tokens
             batch = []  # (request, tokens computed in this step)
             if chunked is not None:
@@ -1231,6 +1245,12 @@ class _SGLang(_Sim):
                 running[:] = ids[gen[ids] < self.output[ids]].tolist()
         return self.served()
 
+    def _reserved(self, running: list, gen, ratio: float) -> float:
+        """The KV tokens a prefill batch leaves for the running requests' future tokens: their
+        remaining output, at most SGLANG_CLIP_NEW_TOKENS each, times ``new_token_ratio``."""
+        ids = np.array(running, dtype=np.int64)
+        return float(np.minimum(self.output[ids] - gen[ids], SGLANG_CLIP_NEW_TOKENS).sum()) * ratio
+
     def _decode_stretch(self, running: list, tokens, computed, gen, used: int, capacity: int, ratio: float):
         """Decode steps of every running request taken at once, where nothing waits: up to
         the step before the first finish (the loop takes that one), while each step's tokens
@@ -1240,17 +1260,17 @@ class _SGLang(_Sim):
         p = self.p
         n = len(running)
         ids = np.array(running, dtype=np.int64)
-        k = min(int((self.output[ids] - gen[ids]).min()) - 1, (capacity - used) // n)
+        k = min(int(_min(self.output[ids] - gen[ids])) - 1, (capacity - used) // n)
         due = self.due()
         k = self.steps_before_due(k, n, due)
         if k < 1:
             return None
         j = np.arange(1, k + 1)
         dur, past = self._paced(n, self.steps.decode_steps(n, float(_sum(computed[ids])) / n + j))
-        k = self.until_due(dur, due)
+        k, ends = self.until_due(dur, due)
         dur, j = dur[:k], j[:k]
         self.eager_decode_steps += k if past else 0
-        ends = self.record_run(dur, n, -(-(used + n * j) // p.block_size))
+        ends = self.record_run(dur, n, -(-(used + n * j) // p.block_size), ends)
         self.decoded(ids, dur, ends, computed, gen, tokens)
         for _ in range(k):  # (step by step, as the loop takes it: the same floats)
             ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
@@ -1463,10 +1483,10 @@ class _TrtLlm(_Sim):
         p, bs = self.p, self.p.block_size
         a = active
         n = a.size
-        if n > min(p.max_num_seqs, p.max_num_batched_tokens) or context[a].any():
+        if n > min(p.max_num_seqs, p.max_num_batched_tokens) or _max(context[a]):
             return False
         due = self.due()
-        k = self.steps_before_due(int((self.output[a] - gen[a]).min()) - 1, n, due)
+        k = self.steps_before_due(int(_min(self.output[a] - gen[a])) - 1, n, due)
         if k < 1:
             return False
         j = np.arange(1, k + 1)
@@ -1478,9 +1498,9 @@ class _TrtLlm(_Sim):
             if k < 1:
                 return False
         dur = self.steps.decode_steps(n, float(_sum(computed[a])) / n + j[:k]) + p.step_overhead_s
-        k = self.until_due(dur, due)
+        k, ends = self.until_due(dur, due)
         dur = dur[:k]
-        ends = self.record_run(dur, n, blocks[:k] if utilize else np.full(k, reserved))
+        ends = self.record_run(dur, n, blocks[:k] if utilize else np.full(k, reserved), ends)
         self.decoded(a, dur, ends, computed, gen, tokens)
         if utilize:
             held[a] = grown[:, k - 1]

@@ -230,8 +230,10 @@ class StepTimes:
     def decode_steps(self, n: int, context: np.ndarray, common: int = 0) -> np.ndarray:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
         ``context`` tokens on average (an array: one step each); ``common``: ``step_s``'s."""
+        if not common:
+            return self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context)
         t = self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context - common)
-        return t + self.prefix_attention(n, common) if common else t
+        return t + self.prefix_attention(n, common)
 
     def prefix_attention(self, tokens: int, common: int) -> float:
         """Cascade attention's first kernel: the step's ``tokens`` queries, as one sequence,
