@@ -1214,7 +1214,8 @@ class _SGLang(_Sim):
             if self.stretches and not waiting:
                 took = self._decode_stretch(running, tokens, computed, gen, used, capacity, ratio)
                 if took is not None:
-                    used, ratio = took
+                    used, ratio, finished = took
+                    done += finished
                     continue
             if capacity - used < len(running):
                 used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
@@ -1253,14 +1254,15 @@ class _SGLang(_Sim):
 
     def _decode_stretch(self, running: list, tokens, computed, gen, used: int, capacity: int, ratio: float):
         """Decode steps of every running request taken at once, where nothing waits: up to
-        the step before the first finish (the loop takes that one), while each step's tokens
-        fit (no retraction), and up to the step in which a request comes due as the loop
-        sees it (``until_due``). Each step is the one the loop would take. (The KV tokens
-        held and the ratio after them; None: no step.)"""
+        the first finish (those that finish then leave the batch as in the loop), while each
+        step's tokens fit (no retraction), and up to the step in which a request comes due as
+        the loop sees it (``until_due``). Each step is the one the loop would take. (The KV
+        tokens held, the ratio after them and how many requests finished; None: no step.)"""
         p = self.p
         n = len(running)
         ids = np.array(running, dtype=np.int64)
-        k = min(int(_min(self.output[ids] - gen[ids])) - 1, (capacity - used) // n)
+        left = self.output[ids] - gen[ids]
+        k = min(int(_min(left)), (capacity - used) // n)
         due = self.due()
         k = self.steps_before_due(k, n, due)
         if k < 1:
@@ -1272,9 +1274,23 @@ class _SGLang(_Sim):
         self.eager_decode_steps += k if past else 0
         ends = self.record_run(dur, n, -(-(used + n * j) // p.block_size), ends)
         self.decoded(ids, dur, ends, computed, gen, tokens)
-        for _ in range(k):  # (step by step, as the loop takes it: the same floats)
+        used += n * k
+        for _ in range(k):  # (step by step, as the loop takes it: the same floats; at its floor it stays)
+            if ratio == SGLANG_RATIO_MIN:
+                break
             ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
-        return used + n * k, ratio
+        done = left == k
+        if not done.any():
+            return used, ratio, 0
+        ended = ids[done]  # (their last token in the stretch's last step: they leave as the loop's step lets them)
+        self.finish[ended] = self.now
+        self.generated[ended] = gen[ended]
+        held = int(_sum(computed[ended]))
+        used -= held - self.left(ended, held, capacity - used)
+        computed[ended] = 0
+        self.release(int(ended.size))
+        running[:] = ids[~done].tolist()
+        return used, ratio, int(ended.size)
 
     def _paced(self, n: int, gpu_s):
         """A decode step of ``n`` requests (or a run of them: an array) from its GPU time:
@@ -1414,9 +1430,12 @@ class _TrtLlm(_Sim):
             if not waiting and not active.size:
                 self.idle(self.due())
                 continue
-            if self.stretches and not waiting and self._decode_stretch(active, tokens, computed, gen, held, context,
-                                                                       reserved, utilize):
-                continue
+            if self.stretches and not waiting:
+                took = self._decode_stretch(active, tokens, computed, gen, held, context, reserved, utilize)
+                if took is not None:
+                    active, reserved, finished = took
+                    done += finished
+                    continue
             joined = []
             if utilize:  # (the executor holds up to max_batch_size requests; the capacity scheduler picks)
                 while waiting and active.size + len(joined) < p.max_num_seqs:
@@ -1462,33 +1481,40 @@ class _TrtLlm(_Sim):
             self.last_token[ids] = self.now
             ended = ids[gen[ids] >= self.output[ids]]
             if ended.size:
-                self.finish[ended] = self.now
-                self.generated[ended] = gen[ended]
-                if utilize:
-                    held[ended] = 0
-                else:
-                    reserved -= int(_blocks(self.prompt[ended] + self.output[ended], bs).sum())
-                active = active[gen[active] < self.output[active]]  # (those that ended; np.isin's answer)
+                active, reserved = self._ended(ended, active, gen, held, reserved, utilize)
                 done += ended.size
-                self.release(int(ended.size))
         return self.served()
 
+    def _ended(self, ended: np.ndarray, active: np.ndarray, gen, held, reserved: int, utilize: bool) -> tuple:
+        """Requests ``ended`` sampled their last token now: their KV blocks freed (or no longer
+        reserved), out of the active requests. (The active requests, the blocks reserved.)"""
+        self.finish[ended] = self.now
+        self.generated[ended] = gen[ended]
+        if utilize:
+            held[ended] = 0
+        else:
+            reserved -= int(_blocks(self.prompt[ended] + self.output[ended], self.p.block_size).sum())
+        self.release(int(ended.size))
+        return active[gen[active] < self.output[active]], reserved  # (those that ended out; np.isin's answer)
+
     def _decode_stretch(self, active: np.ndarray, tokens, computed, gen, held, context, reserved: int,
-                        utilize: bool) -> bool:
+                        utilize: bool):
         """Decode steps of every active request taken at once, where nothing waits and
-        every one is past its context: up to the step before the first finish (the loop
-        takes that one), with max_utilization while the blocks of each step's tokens are
+        every one is past its context: up to the first finish (those that finish then leave
+        as in the loop), with max_utilization while the blocks of each step's tokens are
         free (no pause), and up to the step in which a request comes due as the loop sees
-        it (``until_due``). Each step is the one the loop would take."""
+        it (``until_due``). Each step is the one the loop would take. (The active requests,
+        the blocks reserved and how many finished; None: no step.)"""
         p, bs = self.p, self.p.block_size
         a = active
         n = a.size
         if n > min(p.max_num_seqs, p.max_num_batched_tokens) or _max(context[a]):
-            return False
+            return None
         due = self.due()
-        k = self.steps_before_due(int(_min(self.output[a] - gen[a])) - 1, n, due)
+        left = self.output[a] - gen[a]
+        k = self.steps_before_due(int(_min(left)), n, due)
         if k < 1:
-            return False
+            return None
         j = np.arange(1, k + 1)
         if utilize:  # (the j-th step's decode takes the blocks of its next token)
             total = self.prompt[a] + self.output[a]
@@ -1496,7 +1522,7 @@ class _TrtLlm(_Sim):
             blocks = grown.sum(axis=0)
             k = min(k, int(np.searchsorted(blocks, p.kv_blocks, side="right")))
             if k < 1:
-                return False
+                return None
         dur = self.steps.decode_steps(n, float(_sum(computed[a])) / n + j[:k]) + p.step_overhead_s
         k, ends = self.until_due(dur, due)
         dur = dur[:k]
@@ -1504,7 +1530,10 @@ class _TrtLlm(_Sim):
         self.decoded(a, dur, ends, computed, gen, tokens)
         if utilize:
             held[a] = grown[:, k - 1]
-        return True
+        ended = a[left == k]
+        if not ended.size:
+            return active, reserved, 0
+        return (*self._ended(ended, active, gen, held, reserved, utilize), int(ended.size))
 
     def _max_utilization(self, active: np.ndarray, tokens, computed, held, context) -> np.ndarray:
         """TensorRT-LLM's MaxUtilizationScheduler over the active requests, in order: each
