@@ -19,7 +19,7 @@ from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
 from rooflinesim.models.workload import predict_model
-from rooflinesim.serve import engine
+from rooflinesim.serve.schedulers import base, trtllm, vllm
 from rooflinesim.serve.simulate import serve
 from rooflinesim.serve.traffic import Requests, parse_trace, random_requests
 
@@ -130,7 +130,7 @@ def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency,
               max_num_seqs=budget and min(budget, 256),  # (vLLM: a budget holds a token of each running request)
               overlap_schedule=overlap)
     fast = _run(**kw)
-    monkeypatch.setattr(engine._VllmV1, "stretches", False)
+    monkeypatch.setattr(vllm.VllmV1, "stretches", False)
     slow = _run(**kw)
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences"))
 
@@ -147,7 +147,7 @@ def test_other_engines_decode_stretches_take_the_steps_one_by_one_would(rate, kv
               max_num_seqs=budget and 256, overlap_schedule=overlap, engine=engine_name)
     kw.update(cuda_graph_max_bs=16) if engine_name == "sglang" else kw.update(capacity_policy=policy)
     fast = _run(**kw)
-    monkeypatch.setattr(engine._Sim, "stretches", False)
+    monkeypatch.setattr(base.Sim, "stretches", False)
     slow = _run(**kw)
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "kv_blocks_used"))
     assert fast.served.eager_decode_steps == slow.served.eager_decode_steps
@@ -832,9 +832,9 @@ def test_trtllms_schedulers_take_the_requests_they_would_one_by_one(rows, budget
     held = np.where(computed > 0, -(-(computed + 1) // 32), 0).astype(np.int64)
     prompt, output = total, np.array([r[3] + 1 for r in rows], dtype=np.int64)
     blocks = max(int(kv_blocks + held.sum()), int((-(-(prompt + output) // 32)).max()))  # (the longest fits alone)
-    p = engine.EngineParams("trtllm", budget, seqs, 32, blocks, 0.0, chunked_context=chunked,
+    p = base.EngineParams("trtllm", budget, seqs, 32, blocks, 0.0, chunked_context=chunked,
                             capacity_policy="max_utilization")
-    sim = engine._TrtLlm(Requests(np.zeros(n), prompt, output), None, p, None)
+    sim = trtllm.TrtLlm(Requests(np.zeros(n), prompt, output), None, p, None)
     active = np.arange(n, dtype=np.int64)
     want = _max_utilization_one_by_one(p, prompt, output, list(active), tokens, computed.copy(), held.copy(),
                                        context.copy())

@@ -13,8 +13,8 @@ from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
-from rooflinesim.serve import engine
-from rooflinesim.serve.engine import cascade_prefix
+from rooflinesim.serve.schedulers import vllm
+from rooflinesim.serve.schedulers.vllm import cascade_prefix
 from rooflinesim.serve.simulate import cascade_rule, serve, step_times
 from rooflinesim.serve.traffic import Requests, random_requests
 
@@ -92,7 +92,7 @@ def test_decode_stretches_take_the_steps_one_by_one_would(monkeypatch):
     prefix_id = np.repeat([0, 1], n // 2)
     reqs = Requests(np.zeros(n), np.full(n, 2300), np.where(prefix_id == 0, 30, 200), prefix_id, np.full(n, 2000))
     fast = serve(LLAMA, H200, FITTED, Deployment(), reqs)
-    monkeypatch.setattr(engine._VllmV1, "stretches", False)
+    monkeypatch.setattr(vllm.VllmV1, "stretches", False)
     slow = serve(LLAMA, H200, FITTED, Deployment(), reqs)
     off = serve(LLAMA, H200, FITTED, Deployment(), reqs, disable_cascade_attn=True)
     for k, v in fast.metrics.items():

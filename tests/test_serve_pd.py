@@ -67,11 +67,11 @@ def test_every_request_is_served_and_the_decode_side_has_no_prefill_stalls():
 @pytest.mark.parametrize("overlap", [True, False])
 def test_the_decode_side_takes_the_steps_one_by_one_would(overlap, monkeypatch):
     # (its decode-only stretches, a step at the least, end where a pulled request may join)
-    from rooflinesim.serve import engine
+    from rooflinesim.serve.schedulers import vllm
 
     reqs = random_requests(200, 1500, 150, rate=15.0, seed=4, range_ratio=0.5)
     fast = _pd(reqs, overlap_schedule=overlap)
-    monkeypatch.setattr(engine._VllmV1, "stretches", False)
+    monkeypatch.setattr(vllm.VllmV1, "stretches", False)
     slow = _pd(reqs, overlap_schedule=overlap)
     for k, v in fast.metrics.items():
         assert v == pytest.approx(slow.metrics[k], rel=1e-9), k
@@ -109,10 +109,10 @@ def test_a_small_decode_cache_queues_and_preempts_and_still_serves_everyone():
 def test_blocks_given_to_pulls_stay_held_as_requests_finish(monkeypatch):
     # a decode replica's free blocks, at every schedule, are its capacity less the running
     # requests' blocks and those of the requests still pulling their KV
-    from rooflinesim.serve import engine
+    from rooflinesim.serve.schedulers import vllm
 
     seen = []
-    schedule = engine._VllmV1Decode._schedule
+    schedule = vllm.VllmV1Decode._schedule
 
     def checked(self, run, want, waiting, tokens, gen, free):
         pulling = self.remote & ~np.isnan(self.pulled)
@@ -120,7 +120,7 @@ def test_blocks_given_to_pulls_stay_held_as_requests_finish(monkeypatch):
         seen.append(int(pulling.sum()))
         return schedule(self, run, want, waiting, tokens, gen, free)
 
-    monkeypatch.setattr(engine._VllmV1Decode, "_schedule", checked)
+    monkeypatch.setattr(vllm.VllmV1Decode, "_schedule", checked)
     r = _pd(random_requests(150, 1500, 100, rate=60.0, seed=9, range_ratio=0.5), kv_tokens=30_000,
             kv_link=Link(VLLM_LINK / 20))
     assert r.metrics["completed"] == 150 and max(seen) >= 2  # (pulls in flight across finishes)

@@ -12,7 +12,7 @@ vLLM:
   head of its queue, pulls the prompt's KV from the prefill replica in the background (a
   one-sided read of all layers at once, overlapped with its own steps), then recomputes
   the last prompt token in a one-token step that samples the first output token
-  (``engine._VllmV1Decode``).
+  (``schedulers.vllm.VllmV1Decode``).
 
 SGLang:
 * The prefill server samples the first token and pushes each prefill chunk's KV as soon as
@@ -21,7 +21,7 @@ SGLang:
 * The decode server gives the request KV for its prompt when the prompt and 512 reserved
   tokens fit beside 512 kept for each request it runs; once the KV is in, the request
   joins its running batch at the next step, its first token streamed then
-  (``engine._SGLangDecode``).
+  (``schedulers.sglang.SGLangDecode``).
 
 A move takes one GPU's share of the prompt's KV (the larger of a prefill GPU's and a
 decode GPU's) over that GPU's link, each GPU pair at once: ``latency + bytes /

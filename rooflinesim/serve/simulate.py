@@ -40,14 +40,14 @@ from .traffic import Requests, with_warmups
 class EngineDefaults:
     step_overhead_s: float  # host time per step not hidden under the GPU's
     source: str
-    overlap: bool = False  # the next batch formed while the GPU runs this one (engine.py's notes)
+    overlap: bool = False  # the next batch formed while the GPU runs this one (schedulers/: each engine's notes)
     request_overhead_s: float = 0.0  # a request's front end: the server's time outside the forward passes
     request_overhead_source: str = "not measured for this engine: none is added (--request-overhead sets one)"
     # an engine whose scheduler overlaps the GPU by default, run without it (--no-overlap-schedule):
     # the host's time per step, then in series with the GPU's
     serial_step_overhead_s: float = 0.0
     serial_source: str = "not measured for this engine without its overlap scheduler: none is added"
-    prefix_caching: bool = False  # a prompt's shared prefix reused from the KV cache by default (engine.py)
+    prefix_caching: bool = False  # a prompt's shared prefix reused from the KV cache by default (schedulers/base.py)
 
     def host(self, overlap: bool) -> tuple[float, str]:
         """The host time per step and its source, run with ``overlap`` or without: an engine

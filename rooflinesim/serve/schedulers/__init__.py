@@ -1,0 +1,1 @@
+"""Each engine's scheduler, a module each, around the state they share (``base``)."""
