@@ -49,7 +49,7 @@ def main() -> None:
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.serve.engine import EngineParams, simulate
-    from rooflinesim.serve.simulate import ENGINES, default_overlap, kv_cache_tokens
+    from rooflinesim.serve.defaults import ENGINES, default_overlap, kv_cache_tokens
     from rooflinesim.serve.steps import StepTimes
     from rooflinesim.serve.traffic import random_requests
 

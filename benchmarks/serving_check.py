@@ -200,7 +200,7 @@ def shared_prefix_requests(point: dict, rng):
 
 
 # trtllm-bench's kv_cache_free_gpu_mem_fraction default (bench/dataclasses/configuration.py), which serve
-# reads for --engine trtllm as TensorRT-LLM's free_gpu_memory_fraction (simulate.engine_kv_tokens)
+# reads for --engine trtllm as TensorRT-LLM's free_gpu_memory_fraction (defaults.engine_kv_tokens)
 KV_FREE_FRACTION = 0.90
 
 
@@ -334,7 +334,7 @@ def planned_kv_tokens(point: dict) -> int:
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
-    from rooflinesim.serve.simulate import engine_kv_tokens, engine_limits, kv_cache_tokens
+    from rooflinesim.serve.defaults import engine_kv_tokens, engine_limits, kv_cache_tokens
 
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
     d = Deployment(tp=int(point["tp"]), weights=point["weights"])
@@ -358,7 +358,7 @@ def modelled_prefill_rate(point: dict) -> float:
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.models.workload import predict_model
-    from rooflinesim.serve.simulate import engine_limits
+    from rooflinesim.serve.defaults import engine_limits
 
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
     prompt = int(point["dataset"]["input_len"])

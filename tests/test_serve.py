@@ -226,7 +226,7 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
     host's measured time for a forward pass without a CUDA graph: a short prompt waits for
     the host (0.218 ms a Llama layer), a long one for the GPU; decode steps stay captured."""
     from rooflinesim.eager import joined
-    from rooflinesim.serve.simulate import SGLANG_EAGER_HOST_S, eager_pass_host_s
+    from rooflinesim.serve.defaults import SGLANG_EAGER_HOST_S, eager_pass_host_s
 
     assert eager_pass_host_s(LLAMA, Deployment()) == pytest.approx(
         LLAMA.num_layers * SGLANG_EAGER_HOST_S["dense"])
@@ -263,7 +263,7 @@ def test_sglangs_eager_prefill_is_paced_by_the_slower_of_host_and_gpu():
 
 def test_sglangs_default_decode_graphs_follow_its_gpu_memory_tiers():
     """SGLang's default --cuda-graph-max-bs by GPU memory and TP (server_args.py since PR 10372)."""
-    from rooflinesim.serve.simulate import sglang_cuda_graph_max_bs
+    from rooflinesim.serve.defaults import sglang_cuda_graph_max_bs
 
     for gpu, tp, want in (("h200", 1, 256), ("h200", 4, 512), ("h100", 2, 256), ("a100", 8, 512),
                           ("a100-40gb", 1, 32), ("a100-40gb", 4, 160), ("l4", 1, 24), ("l4", 4, 80),
@@ -276,7 +276,7 @@ def test_sglangs_decode_past_its_largest_cuda_graph_is_paced_by_the_host():
     it takes the corner of its GPU time and the host's for a pass (as --eager-prefill prices
     a prefill batch); a batch within the graphs is priced as before, and a ceiling above
     every batch changes nothing."""
-    from rooflinesim.serve.simulate import eager_pass_host_s
+    from rooflinesim.serve.defaults import eager_pass_host_s
 
     host = eager_pass_host_s(LLAMA, Deployment())
     reqs = Requests(np.zeros(96), np.full(96, 32), np.arange(96) % 60 + 4)
@@ -419,7 +419,7 @@ def test_trtllm_max_utilization_runs_more_requests_and_pauses_when_blocks_run_ou
 
 
 def test_trtllm_budgets_its_kv_cache_as_a_share_of_what_is_left():
-    from rooflinesim.serve.simulate import kv_cache_tokens
+    from rooflinesim.serve.defaults import kv_cache_tokens
 
     d = Deployment(tp=2)
     left = kv_cache_tokens(LLAMA, H200, d, block_size=32, gpu_memory_utilization=1.0, max_num_batched_tokens=8192,

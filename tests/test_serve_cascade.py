@@ -15,7 +15,8 @@ from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
 from rooflinesim.serve.schedulers import vllm
 from rooflinesim.serve.schedulers.vllm import cascade_prefix
-from rooflinesim.serve.simulate import cascade_rule, serve, step_times
+from rooflinesim.serve.simulate import serve, step_times
+from rooflinesim.serve.defaults import cascade_rule
 from rooflinesim.serve.traffic import Requests, random_requests
 
 H200 = load_spec("h200")

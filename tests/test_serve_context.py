@@ -15,7 +15,8 @@ from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
 from rooflinesim.serve import context
 from rooflinesim.serve.plan import plan
-from rooflinesim.serve.simulate import engine_limits, serve
+from rooflinesim.serve.simulate import serve
+from rooflinesim.serve.defaults import engine_limits
 from rooflinesim.serve.traffic import Requests
 
 LLAMA = load_config("llama-3.1-8b")  # max_position_embeddings 131,072

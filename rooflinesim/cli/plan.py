@@ -109,7 +109,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
 
     from ..hardware import load_spec
     from ..serve.plan import load_prices, plan as run
-    from ..serve.simulate import memory_fraction
+    from ..serve.defaults import memory_fraction
     from ..serve.traffic import datasets
 
     if math.isinf(rate) or rate > MAX_RATE:

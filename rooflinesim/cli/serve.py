@@ -271,7 +271,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     reports them."""
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
-    from ..serve.simulate import memory_fraction
+    from ..serve.defaults import memory_fraction
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
@@ -456,7 +456,7 @@ class _progress:
 
 
 def _print(head: dict, r, d, spec, extra: dict) -> None:
-    from ..serve.simulate import MEMORY_FRACTION_KEYS
+    from ..serve.defaults import MEMORY_FRACTION_KEYS
 
     m, e = r.metrics, r.engine
     rate = "all" if head.get("all_at_once") else head.get("request_rate")

@@ -139,7 +139,7 @@ def _setup(c: Candidate, job: dict):
 def _limits(engine: str, model, spec, kv_default: int, job: dict) -> tuple[list, tuple]:
     """The (max_num_batched_tokens, max_num_seqs) pairs searched (the job's lists, else the
     engine's defaults for the GPU and the options beside them), and the engine's defaults."""
-    from .simulate import engine_limits
+    from .defaults import engine_limits
 
     base = engine_limits(engine, model, spec, kv_default, job.get("max_model_len"))
     tokens = job.get("max_num_batched_tokens") or sorted({base["max_num_batched_tokens"], *TOKENS_OPTIONS})
@@ -152,7 +152,8 @@ def _bounds(args) -> dict:
     and either the fewest replicas worth simulating or why none is."""
     c, job = args
     from .context import kv_needed
-    from .simulate import ENGINES, engine_kv_tokens, engine_limits, prefix_caching_of, step_times
+    from .simulate import step_times
+    from .defaults import ENGINES, engine_kv_tokens, engine_limits, prefix_caching_of
     from .traffic import requests_at
 
     out = {"candidate": c, "limits": [], "error": None}
@@ -415,7 +416,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     largest decode batch from a CUDA graph, as serve's (None: its default for each GPU and
     TP; the bounds leave the host out, so they stay below runs past it)."""
     from ..models.config import load_config
-    from .simulate import ENGINES, check_engine_flags
+    from .defaults import ENGINES, check_engine_flags
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
