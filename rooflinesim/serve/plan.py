@@ -57,7 +57,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
+from .bounds import bound
 from .engine import engine_class
+from .workers import Workers
 
 TPS = (1, 2, 4, 8)
 KEEP = 6  # replica types that meet the SLOs found before the search stops: the best and five runners-up
@@ -198,60 +200,12 @@ def _bounds(args) -> dict:
         overhead = ENGINES[job["engine"]].step_overhead_s
         most = job["max_gpus"] // c.gpus
         for tokens, seqs, kv in fits:
-            out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **_bound(
+            out["limits"].append({"tokens": tokens, "seqs": seqs, "kv": kv, **bound(
                 st, prompt, output, tokens, seqs, kv, overhead, job["slos"], job["rate"], most,
                 job.get("request_overhead_s", 0.0), fresh)})
     except UserError as e:
         out["error"] = str(e)
     return out
-
-
-def _bound(st, prompt, output, tokens: int, seqs: int, kv: int, overhead: float, slos: dict, rate: float,
-           most: int, front: float = 0.0, fresh=None) -> dict:
-    """Step 2 for one pair of limits: {"replicas": the fewest worth simulating} or a
-    rejection with its reason; with the bounds (``ceiling`` in requests/s, ``lower``: the
-    lower bounds of the P99s in ms; ``front``: each request's seconds through the server's
-    front end, in its TTFT and end-to-end latency; ``fresh``: the prompt tokens each request
-    computes, where a prefix cache may hold the rest (and the least KV it holds: the prefix's
-    blocks are held once for the requests that share it); default all)."""
-    prompt = prompt if fresh is None else fresh
-    budget = min(tokens, st.max_tokens)
-    # the shortest a step of t tokens can take (any t' >= t: the tables need not be monotone)
-    dense = np.minimum(st.dense_prefill[1:budget + 1], np.concatenate([
-        st.dense_decode[1:min(seqs, budget) + 1], np.full(max(budget - seqs, 0), np.inf)]))
-    shortest = np.minimum.accumulate(dense[::-1])[::-1] + overhead
-    step_min = float(shortest[0])
-    sampling = step_min + float(np.min(st.logits[1:]))
-    per_token = float((shortest / np.arange(1, budget + 1)).min())  # seconds a token, at best
-    ttft = np.maximum(np.ceil(prompt / budget - 1e-12) * step_min + (sampling - step_min), prompt * per_token) + front
-    tpot = np.full(int(np.count_nonzero(output > 1)), sampling)
-    lower = {k: float(np.percentile(x, 99)) * 1e3 if x.size else 0.0 for k, x in (
-        ("p99_ttft_ms", ttft), ("p99_tpot_ms", tpot), ("p99_e2el_ms", ttft + (output - 1) * sampling))}
-    for key, limit in slos.items():
-        if lower[key] > limit:
-            return {"rejected": key.replace("p99_", "").replace("_ms", "").upper(), "lower": lower,
-                    "reason": f"even alone, {key} is at least {lower[key]:.4g} ms (SLO {limit:.4g})"}
-    later = np.maximum(output - 1, 0)
-    work = float(prompt.sum() + later.sum())
-    concurrent = max(1, min(seqs, budget, int(kv // (prompt.min() + 1))))
-    # (a request holds at least prompt + j tokens of KV through its j-th decode step, which takes
-    # at least the shortest sampling step, and the cache holds kv tokens at a time)
-    held = float((prompt * later + later * (later + 1) / 2).sum()) * sampling / kv
-    # (on pp stages up to pp batches are in flight, and a stage takes at least 1 / pp of a pass)
-    stages = st.d.pp
-    decoding = max(float(later.sum()) / concurrent * sampling / stages, held)
-    busy = max(work * per_token / stages, decoding)
-    ceiling = prompt.size / busy if busy > 0 else math.inf
-    replicas = max(1, math.floor(rate / ceiling) + 1)
-    # a disaggregated pair's pools: a prefill replica computes the prompts' tokens; a decode
-    # replica the decodes, with the KV they hold (requests/s at most, each)
-    pool_ceilings = [prompt.size / x if x > 0 else math.inf for x in (float(prompt.sum()) * per_token, decoding)]
-    pools = {"pool_ceilings": pool_ceilings, "pools": [max(1, math.floor(rate / x) + 1) for x in pool_ceilings]}
-    if replicas > most:
-        return {"rejected": "too many GPUs", "ceiling": ceiling, "lower": lower, **pools,
-                "reason": f"a replica serves at most {ceiling:.3g} req/s: at least {replicas} replicas "
-                          f"(max {most} of this size)"}
-    return {"replicas": replicas, "ceiling": ceiling, "lower": lower, **pools}
 
 
 def _simulate(args) -> dict:
@@ -291,67 +245,6 @@ def _simulate(args) -> dict:
         out["probability_meets_slo"] = (met_probability(draws, job.get("slos_given", slos), r.serving_sigmas or {})
                                         if draws else None)
     return out
-
-
-class _Workers:
-    """Maps a function over items in order: here (jobs 1), in a process pool, or on Ray."""
-
-    def __init__(self, jobs: int, ray_address: str | None):
-        self.jobs, self.ray, self.pool = jobs, None, None
-        if ray_address:
-            try:
-                import ray
-            except ImportError:
-                raise UserError('--ray-address needs Ray: pip install "rooflinesim[ray]"') from None
-            if not ray.is_initialized():
-                _reachable(ray_address)
-                try:
-                    ray.init(address=None if ray_address == "local" else ray_address, include_dashboard=False,
-                             log_to_driver=False, **({"num_cpus": jobs} if ray_address == "local" else {}))
-                except (ConnectionError, RuntimeError, ValueError) as e:
-                    raise UserError(f"cannot reach the Ray cluster at {ray_address}: {e}") from None
-            self.ray = ray
-        elif jobs > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(max_workers=jobs)
-
-    def map(self, fn, items: list) -> list:
-        if not items:
-            return []
-        if self.ray is not None:
-            remote = self.ray.remote(fn)
-            out = self.ray.get([remote.remote(x) for x in items])
-        elif self.pool is not None and len(items) > 1:
-            out = list(self.pool.map(fn, items))
-        else:
-            out = [fn(x) for x in items]
-        return out
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-
-
-def _reachable(address: str, timeout_s: float = 10.0) -> None:
-    """One sentence, soon, where a Ray address's host and port take no connection (Ray itself
-    retries for minutes): 'local' and 'auto' are left to Ray."""
-    import socket
-    from urllib.parse import urlsplit
-
-    if address in ("local", "auto"):
-        return
-    parts = urlsplit(address if "://" in address else "ray-gcs://" + address)
-    try:
-        host, port = parts.hostname, parts.port or (10001 if parts.scheme == "ray" else 6379)
-    except ValueError:
-        host = port = None
-    if not host:
-        raise UserError(f"--ray-address must be host:port, ray://host:port, auto or local (got {address!r})")
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as e:
-        raise UserError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
 def candidates(model, gpus: list, weights: list, kv_dtypes: list, max_gpus: int,
@@ -462,7 +355,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
-    workers = _Workers(jobs or os.cpu_count() or 1, ray_address)
+    workers = Workers(jobs or os.cpu_count() or 1, ray_address)
     try:
         return _search(model, cands, skipped, job, prices, samples, workers, tick, on_start)
     finally:
