@@ -474,3 +474,35 @@ def test_a_profile_entry_takes_its_own_familys_parameters(tmp_path, kernels, nee
                           "--profile", str(path)])
     assert code == 2 and needle in err and "Traceback" not in out + err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_partial_calibration_keeps_the_transferred_profile_where_it_has_no_records(tmp_path):
+    """calibrate --base (auto by default): a GPU measured with a few suites (here the H100's
+    quick suite) keeps the profile it would get unmeasured (the H200's, transferred) for every
+    kernel key, collective and host key its records do not reach, where --base none leaves the
+    ideal roofline's; its own keys are fitted alike either way."""
+    from rooflinesim.calibration.profile import transferred_profile
+
+    quick = ROOT / "benchmarks" / "measurements" / "h100-sxm" / "calib-quick.jsonl"
+    paths = {b: tmp_path / f"{b}.yaml" for b in ("auto", "none")}
+    for b, path in paths.items():
+        code, out, err = cli(["calibrate", str(quick), "--gpu", "h100-sxm", "-o", str(path), "--folds", "2",
+                              "--base", b])
+        assert code == 0, err
+    based, bare = (load_profile_file(paths[b]) for b in ("auto", "none"))
+    lent = transferred_profile(load_spec("h100-sxm"))
+    assert based.provenance["base"] == "the profile transferred from h200-sxm" and "base" not in bare.provenance
+    fp8_moe = based.kernels["grouped_gemm"]["fp8:triton-fused-moe-fp8"]  # (no quick-suite record is one)
+    assert fp8_moe.model_dump() == pytest.approx(lent.kernels["grouped_gemm"]["fp8:triton-fused-moe-fp8"].model_dump(),
+                                                 rel=1e-3)
+    assert "fp8:triton-fused-moe-fp8" not in bare.kernels.get("grouped_gemm", {})
+    assert set(based.collectives) == set(lent.collectives) and not bare.collectives
+    assert based.kernels["gemm"]["bf16"].model_dump() == pytest.approx(bare.kernels["gemm"]["bf16"].model_dump(),
+                                                                      rel=1e-3)
+    assert based.kernels["gemm"]["bf16"] != lent.kernels["gemm"]["bf16"]  # (fitted to the H100's own records)
+    code, out, err = cli(["predict", "gemm", "--gpu", "h100-sxm", "--profile", str(paths["auto"]),
+                          "-m", "8", "-n", "8", "-k", "8"])
+    assert code == 0 and "transferred from h200-sxm for want of records: collective" in out, err
+    code, _, err = cli(["calibrate", str(quick), "--gpu", "h100-sxm", "-o", str(tmp_path / "x.yaml"),
+                        "--base", "nope"])
+    assert code == 2 and "no profile named 'nope'" in err and "Traceback" not in err

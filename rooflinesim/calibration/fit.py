@@ -370,8 +370,12 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
     return {n: float(v) for n, v in values(best.x).items()}
 
 
-def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[Profile, dict]:
-    """Fit every group in order; return the profile and held-out error per record op."""
+def fit_profile(meas: Measurements, spec, folds: int = 5, sources=(), base: Profile | None = None,
+                base_label: str = "the ideal profile") -> tuple[Profile, dict]:
+    """Fit every group in order; return the profile and held-out error per record op.
+    ``base``: the profile whose parameters stand where the records fit none (a kernel key,
+    a collective or a host key no record reaches; ``base_label`` names it), else the ideal
+    profile's."""
     if not meas.records:
         raise UserError("no successful measurements to fit")
     mine, elsewhere, notes = measured_on(meas, spec)
@@ -380,7 +384,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
                         f"{spec.name}: {reasons(elsewhere)}")
     meas = replace(meas, records=mine)
     groups = _groups(meas, spec)
-    profile = Profile(gpu=spec.name, kind="fitted")
+    profile = Profile(gpu=spec.name, kind="fitted", **({} if base is None else {
+        "kernels": base.kernels, "collectives": base.collectives, "host": base.host}))
     cv_errors: dict[int, tuple[str, float]] = {}  # per record: its op and held-out error
     group_cv: dict[str, dict] = {}
     fitted: dict[str, set] = {}  # family -> ids of the records that fitted it
@@ -435,7 +440,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
             "measurements": len(meas.records),
             "files": list(sources),
             "method": f"robust least squares on log time; {folds}-fold cross-validation over shapes",
-            **_family_counts(fitted, short),
+            **_family_counts(fitted, short, base_label),
+            **({} if base is None else {"base": base_label}),
             **({"left_out": f"{len(elsewhere)} records measured on other GPUs"} if elsewhere else {}),
             **({"hardware_notes": notes} if notes else {}),
         },
@@ -444,11 +450,11 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=()) -> tuple[P
     return profile, cv
 
 
-def _family_counts(fitted: dict, short: dict) -> dict:
+def _family_counts(fitted: dict, short: dict, base_label: str = "the ideal profile") -> dict:
     """Provenance of each family: the records that fitted it, and why a family kept the
-    ideal profile's parameters (its prior)."""
+    parameters of ``base_label`` (the ideal profile's: its prior)."""
     kept = {f: (f"{short[f]} predictable records, fewer than the {MIN_RECORDS} a fit needs"
-                if short.get(f) else "no records") + "; its parameters stay the ideal profile's"
+                if short.get(f) else "no records") + f"; its parameters stay {base_label}'s"
             for f in FAMILIES if f not in fitted}
     return {"records_per_family": {f: len(fitted.get(f, ())) for f in FAMILIES},
             **({"prior_kept": kept} if kept else {})}
@@ -472,7 +478,8 @@ def write_profile(profile: Profile, path) -> None:
     header = (f"# Calibration profile for {profile.gpu}, fitted by `rooflinesim calibrate`.\n"
               "# Efficiencies are fractions of the spec's datasheet peaks; times are seconds.\n"
               "# provenance.records_per_family: the records that fitted each family; a family\n"
-              "# under prior_kept had none and keeps the ideal profile's parameters.\n")
+              "# under prior_kept had none and keeps the parameters of provenance.base (where\n"
+              "# given; else the ideal profile's), as does any kernel key no record reached.\n")
     from ..files import write_text
 
     write_text(path, header + yaml.safe_dump(data, sort_keys=False, width=100), "profile")

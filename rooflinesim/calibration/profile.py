@@ -461,13 +461,14 @@ def resolve_profile(spec, profile: str | None = None) -> Profile:
     return transferred_profile(spec)
 
 
-def transferred_profile(spec) -> Profile:
+def transferred_profile(spec, lender_other_than: str | None = None) -> Profile:
     """The profile of a GPU nobody measured: the fitted fractions of a measured GPU of the same
     vendor (the fractions of peak and bandwidth, the fixed kernel floors), applied through the
-    target's own spec (calibration.lending)."""
+    target's own spec (calibration.lending); ``lender_other_than``: a GPU whose own profile
+    may not lend (the one being fitted)."""
     from .lending import transfer, transferred_kernels
 
-    profiles = {name: bundled_profile(name) for name in bundled_profiles()}
+    profiles = {name: bundled_profile(name) for name in bundled_profiles() if name != lender_other_than}
     found = transfer({n: p.provenance for n, p in profiles.items() if p is not None},
                      spec.name, spec.vendor)
     if found is None:

@@ -191,8 +191,9 @@ def profile_label(prof) -> str:
     else:
         label = f"fitted on {prof.gpu}"
     kept = prof.provenance.get("prior_kept") or {}
-    if kept:  # families no record fitted: the ideal profile's parameters price them
-        label += f"; ideal for want of records: {', '.join(kept)}"
+    if kept:  # families no record fitted: the base's parameters price them (else the ideal profile's)
+        base = prof.provenance.get("base", "ideal").removeprefix("the profile ")
+        label += f"; {base} for want of records: {', '.join(kept)}"
     return label
 
 

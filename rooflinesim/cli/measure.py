@@ -50,6 +50,22 @@ def _h200_call_s():
     return call_s
 
 
+def _base_profile(spec, base: str):
+    """``calibrate --base``: (the profile that stands where the records fit nothing, None for
+    the ideal one; how the profile's provenance names it)."""
+    from ..calibration.profile import resolve_profile, transferred_profile
+
+    if base == "none":
+        return None, "the ideal profile"
+    if base == "auto":
+        lent = transferred_profile(spec, lender_other_than=spec.name)
+        if lent.kind != "transferred":
+            return None, "the ideal profile"
+        return lent, f"the profile transferred from {lent.provenance.get('transferred_from')}"
+    found = resolve_profile(spec, base)
+    return found, f"the profile {base}" + (f" (fitted on {found.gpu})" if found.gpu and found.gpu != base else "")
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @gpu_options
@@ -58,7 +74,12 @@ def _h200_call_s():
 @click.option("--force", is_flag=True, help="Overwrite an existing profile file.")
 @click.option("--folds", type=Size(min=2, max=MAX_FOLDS), default=5, show_default=True,
               help="Cross-validation folds over shapes.")
-def calibrate(files, gpu, spec_files, output, force, folds):
+@click.option("--base", default="auto", show_default=True, metavar="auto|none|PROFILE",
+              help="Where the measurements fit nothing (a kernel, collective or host key no record "
+                   "reaches), the parameters of: auto, the profile this GPU gets unmeasured (another "
+                   "measured GPU's, transferred through its spec); none, the ideal roofline's; or a "
+                   "bundled GPU's profile or a YAML path.")
+def calibrate(files, gpu, spec_files, output, force, folds, base):
     """Fit a calibration profile to measurements; report its error on held-out shapes."""
     from pathlib import Path
 
@@ -68,7 +89,9 @@ def calibrate(files, gpu, spec_files, output, force, folds):
     out = output_path(output, "profile", force)
     spec = load_gpu(gpu, spec_files)
     meas = records.load(files)
-    profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files])
+    start, label = _base_profile(spec, base)
+    profile, cv = fit.fit_profile(meas, spec, folds=folds, sources=[Path(f).name for f in files], base=start,
+                                  base_label=label)
     fit.write_profile(profile, out)
     prov = profile.provenance
     counts = ", ".join(f"{f} {n}" for f, n in prov["records_per_family"].items() if n)
