@@ -491,7 +491,9 @@ def test_a_partial_calibration_keeps_the_transferred_profile_where_it_has_no_rec
         assert code == 0, err
     based, bare = (load_profile_file(paths[b]) for b in ("auto", "none"))
     lent = transferred_profile(load_spec("h100-sxm"))
-    assert based.provenance["base"] == "the profile transferred from h200-sxm" and "base" not in bare.provenance
+    assert based.provenance["base"] == "transferred from h200-sxm" and "base" not in bare.provenance
+    assert based.provenance["prior_kept"]["collective"] == \
+        "no records; its parameters stay those of the profile transferred from h200-sxm"
     fp8_moe = based.kernels["grouped_gemm"]["fp8:triton-fused-moe-fp8"]  # (no quick-suite record is one)
     assert fp8_moe.model_dump() == pytest.approx(lent.kernels["grouped_gemm"]["fp8:triton-fused-moe-fp8"].model_dump(),
                                                  rel=1e-3)

@@ -371,11 +371,11 @@ def _fit_group(group: Group, records, spec, base: Profile) -> dict:
 
 
 def fit_profile(meas: Measurements, spec, folds: int = 5, sources=(), base: Profile | None = None,
-                base_label: str = "the ideal profile") -> tuple[Profile, dict]:
+                base_label: str = "ideal") -> tuple[Profile, dict]:
     """Fit every group in order; return the profile and held-out error per record op.
     ``base``: the profile whose parameters stand where the records fit none (a kernel key,
-    a collective or a host key no record reaches; ``base_label`` names it), else the ideal
-    profile's."""
+    a collective or a host key no record reaches; ``base_label`` names it, as a profile line
+    does: "transferred from h200-sxm"), else the ideal profile's."""
     if not meas.records:
         raise UserError("no successful measurements to fit")
     mine, elsewhere, notes = measured_on(meas, spec)
@@ -450,11 +450,12 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=(), base: Prof
     return profile, cv
 
 
-def _family_counts(fitted: dict, short: dict, base_label: str = "the ideal profile") -> dict:
+def _family_counts(fitted: dict, short: dict, base_label: str = "ideal") -> dict:
     """Provenance of each family: the records that fitted it, and why a family kept the
-    parameters of ``base_label`` (the ideal profile's: its prior)."""
+    parameters of the base profile ``base_label`` (the ideal profile's: its prior)."""
+    stay = "the ideal profile's" if base_label == "ideal" else f"those of the profile {base_label}"
     kept = {f: (f"{short[f]} predictable records, fewer than the {MIN_RECORDS} a fit needs"
-                if short.get(f) else "no records") + f"; its parameters stay {base_label}'s"
+                if short.get(f) else "no records") + f"; its parameters stay {stay}"
             for f in FAMILIES if f not in fitted}
     return {"records_per_family": {f: len(fitted.get(f, ())) for f in FAMILIES},
             **({"prior_kept": kept} if kept else {})}

@@ -192,8 +192,7 @@ def profile_label(prof) -> str:
         label = f"fitted on {prof.gpu}"
     kept = prof.provenance.get("prior_kept") or {}
     if kept:  # families no record fitted: the base's parameters price them (else the ideal profile's)
-        base = prof.provenance.get("base", "ideal").removeprefix("the profile ")
-        label += f"; {base} for want of records: {', '.join(kept)}"
+        label += f"; {prof.provenance.get('base', 'ideal')} for want of records: {', '.join(kept)}"
     return label
 
 

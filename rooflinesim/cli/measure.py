@@ -55,15 +55,13 @@ def _base_profile(spec, base: str):
     the ideal one; how the profile's provenance names it)."""
     from ..calibration.profile import resolve_profile, transferred_profile
 
-    if base == "none":
-        return None, "the ideal profile"
+    found = transferred_profile(spec, lender_other_than=spec.name) if base == "auto" else \
+        None if base == "none" else resolve_profile(spec, base)
+    if found is None or found.kind == "ideal":
+        return None, "ideal"
     if base == "auto":
-        lent = transferred_profile(spec, lender_other_than=spec.name)
-        if lent.kind != "transferred":
-            return None, "the ideal profile"
-        return lent, f"the profile transferred from {lent.provenance.get('transferred_from')}"
-    found = resolve_profile(spec, base)
-    return found, f"the profile {base}" + (f" (fitted on {found.gpu})" if found.gpu and found.gpu != base else "")
+        return found, f"transferred from {found.provenance.get('transferred_from')}"
+    return found, base + (f" (fitted on {found.gpu})" if found.gpu and found.gpu != base else "")
 
 
 @click.command()

@@ -161,13 +161,8 @@ class SGLang(Sim):
             self.last_token[ids] = self.now
             ended = ids[gen[ids] >= self.output[ids]]
             if ended.size:
-                self.finish[ended] = self.now
-                self.generated[ended] = gen[ended]
-                held = int(computed[ended].sum())
-                used -= held - self.left(ended, held, capacity - used)
-                computed[ended] = 0
+                used = self._ended(ended, computed, gen, used, capacity)
                 done += ended.size
-                self.release(int(ended.size))
                 running[:] = ids[gen[ids] < self.output[ids]].tolist()
         return self.served()
 
@@ -208,14 +203,20 @@ class SGLang(Sim):
         if not done.any():
             return used, ratio, 0
         ended = ids[done]  # (their last token in the stretch's last step: they leave as the loop's step lets them)
+        used = self._ended(ended, computed, gen, used, capacity)
+        running[:] = ids[~done].tolist()
+        return used, ratio, int(ended.size)
+
+    def _ended(self, ended: np.ndarray, computed, gen, used: int, capacity: int) -> int:
+        """Requests ``ended`` sampled their last token now: they finish, their KV is freed (but
+        for what the radix cache keeps) and their slots too; (the KV tokens held after)."""
         self.finish[ended] = self.now
         self.generated[ended] = gen[ended]
         held = int(_sum(computed[ended]))
         used -= held - self.left(ended, held, capacity - used)
         computed[ended] = 0
         self.release(int(ended.size))
-        running[:] = ids[~done].tolist()
-        return used, ratio, int(ended.size)
+        return used
 
     def _paced(self, n: int, gpu_s):
         """A decode step of ``n`` requests (or a run of them: an array) from its GPU time:
