@@ -9,7 +9,15 @@
 # The block-fp8 and fused-moe16 held-out suites stopped at their time budgets (65 of 80 and
 # 44 of 60 cases); logs/ holds each phase's log.
 #
-#   benchmarks/measure_h100.sh PHASE OUTDIR     (PHASE: held1 | held2 | calib1 | calib2)
+# Phase hf (a later session) tests the transfer where the first phases had nothing: the
+# harness's graph-mode MoE layers (suite moe, the shapes of the H200's calib-memory-moe.jsonl)
+# and grouped GEMMs (grouped-gemm-holdout, as the H200's holdout-grouped-gemm.jsonl), and
+# transformers' forward (benchmarks/hf_forward.py): op-by-op traces of two layers (the
+# strided, cast and roll copies), Llama-3.1-8B whole and Qwen3-30B-A3B on 16 layers at the
+# H200's third untouched round's points, and Llama-3.1-8B's DynamicCache steps:
+#   python benchmarks/hf_check.py <the hf files>   and   rooflinesim validate ... --gpu h100-sxm
+#
+#   benchmarks/measure_h100.sh PHASE OUTDIR     (PHASE: held1 | held2 | calib1 | calib2 | hf)
 #
 # Each phase fits in ten minutes of machine time. Files resume.
 set -u
@@ -49,6 +57,24 @@ case $phase in
     ;;
   calib2)
     run1 calib-attention.jsonl 290 attention
+    ;;
+  hf)
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit,driver_version \
+      --format=csv >>"$out/$log" 2>&1
+    run1 calib-moe.jsonl 80 moe
+    run1 holdout-grouped-gemm.jsonl 60 grouped-gemm-holdout
+    hf() {  # hf FILE BUDGET ARGS...: transformers' forward, each model in its own process
+      timeout $(( $2 + 20 )) python3 benchmarks/hf_forward.py --out "$out/$1" --budget-s "$2" "${@:3}" \
+        >>"$out/$log" 2>&1
+      echo "$(date -u +%FT%TZ) $1 done: $(wc -l <"$out/$1") lines" >>"$out/$log"
+    }
+    hf hf-ops.jsonl 90 --trace --layers 2 --model llama-3.1-8b --model qwen3-30b-a3b --model mistral-7b-v0.1 \
+      --prefill 1x512 --prefill 4x1024 --decode 1x512 --decode 16x2048
+    hf hf-llama.jsonl 70 --model llama-3.1-8b --prefill 2x640 --prefill 1x3000 --prefill 6x512 \
+      --decode 3x700 --decode 12x1800 --decode 40x3000
+    hf hf-qwen3moe.jsonl 70 --model qwen3-30b-a3b --layers 16 --prefill 2x640 --prefill 1x3000 --prefill 6x512 \
+      --decode 3x700 --decode 12x1800 --decode 40x3000
+    hf hf-dynamic-llama.jsonl 40 --model llama-3.1-8b --cache dynamic --no-prefill --decode 3x700 --decode 12x1800
     ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
