@@ -1,6 +1,6 @@
 """Hugging Face transformers' measured forward against `predict model --engine hf`.
 
-    python benchmarks/hf_check.py [FILE.jsonl ...] [--rows] [--engine]
+    python benchmarks/hf_check.py [FILE.jsonl ...] [--rows] [--engine] [--gpu NAME]
 
 Files default to the development set (the hf-forward-*, hf-dynamic-* and hf-ops* files of
 benchmarks/measurements/h200-sxm/); give others to check them (the hf-untouched-* and
@@ -13,7 +13,9 @@ Per record, what the issue's goals compare:
                                      against the predicted eager step (host and GPU in series)
   op traces (two layers)             each forward's kernel sum, prefill and decode
 and the median and 90th percentile of |error| per kind. ``--engine`` adds, per record, what
-the engine view (`predict model` without --engine hf) says; ``--rows`` prints every record.
+the engine view (`predict model` without --engine hf) says; ``--rows`` prints every record;
+``--gpu`` names the GPU the files were measured on (default: the H200), priced with its
+profile (for a GPU nobody fitted, the one transferred to it).
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ def main() -> None:
     ap.add_argument("files", nargs="*")
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--engine", action="store_true")
+    ap.add_argument("--gpu", default="h200")
     args = ap.parse_args()
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
 
-    spec = load_spec("h200")
+    spec = load_spec(args.gpu)
     profile = resolve_profile(spec, None)
     files = [Path(f) for f in args.files] or [DATA / f"{n}.jsonl" for n in DEVELOPMENT]
     errors: dict[str, list[float]] = {}

@@ -17,7 +17,11 @@
 # H200's third untouched round's points, and Llama-3.1-8B's DynamicCache steps:
 #   python benchmarks/hf_check.py <the hf files>   and   rooflinesim validate ... --gpu h100-sxm
 #
-#   benchmarks/measure_h100.sh PHASE OUTDIR     (PHASE: held1 | held2 | calib1 | calib2 | hf)
+# Phase hf2 was measured after the transfer's rule for kernels below the copy's share was
+# set (calibration.lending): transformers' forward of four models at points no run has used,
+# and the harness's holdout16 suite in graph mode (new shapes of every op), untouched.
+#
+#   benchmarks/measure_h100.sh PHASE OUTDIR     (PHASE: held1 | held2 | calib1 | calib2 | hf | hf2)
 #
 # Each phase fits in ten minutes of machine time. Files resume.
 set -u
@@ -75,6 +79,16 @@ case $phase in
     hf hf-qwen3moe.jsonl 70 --model qwen3-30b-a3b --layers 16 --prefill 2x640 --prefill 1x3000 --prefill 6x512 \
       --decode 3x700 --decode 12x1800 --decode 40x3000
     hf hf-dynamic-llama.jsonl 40 --model llama-3.1-8b --cache dynamic --no-prefill --decode 3x700 --decode 12x1800
+    ;;
+  hf2)
+    run1 holdout16.jsonl 150 holdout16
+    for m in "llama-2-7b hf-untouched-llama2.jsonl" "mistral-7b-v0.3 hf-untouched-mistral.jsonl" \
+             "phi-3-mini-4k hf-untouched-phi3.jsonl" "mixtral-8x7b hf-untouched-mixtral.jsonl --layers 8"; do
+      set -- $m
+      timeout 80 python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s 60 "${@:3}" \
+        --prefill 3x400 --prefill 1x2000 --decode 5x900 --decode 24x1500 --decode 64x700 >>"$out/$log" 2>&1
+      echo "$(date -u +%FT%TZ) $2 done: $(wc -l <"$out/$2") lines" >>"$out/$log"
+    done
     ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

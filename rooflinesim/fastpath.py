@@ -240,9 +240,8 @@ def profile(spec_view, name: str | None):
     if not found:
         return make({})
     donor = profiles[found[0]]
-    donor_arch = reg["specs"].get(found[0], {}).get("architecture", "")
-    return make({**donor, **found[1], "kernels": transferred_kernels(donor["kernels"], donor_arch,
-                                                                     spec_view.architecture)})
+    return make({**donor, **found[1], "kernels": transferred_kernels(donor["kernels"], reg["specs"][found[0]],
+                                                                     spec_view)})
 
 
 def model(name: str):

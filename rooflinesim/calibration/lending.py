@@ -17,13 +17,50 @@ def transfer(profiles: dict, spec_name: str, vendor: str):
     return None
 
 
-def transferred_kernels(kernels: dict, donor_architecture: str, target_architecture: str) -> dict:
-    """A donor profile's kernel parameters (as plain data) on another architecture: the
-    attention kernels built for sm80 reach more of an Ampere or Ada GPU's peak than of
+# kernels that run below the copy's share of the HBM for the HBM's own sake, and keep their
+# share on a GPU of the same architecture: PyTorch's cast of bf16 up to fp32 (it writes twice
+# what it reads) took 1.39-1.43x as long on an H100 SXM as on the H200 at 25-50 MB, as the
+# bandwidths would have it (benchmarks/measurements/h100-sxm/hf-ops.jsonl)
+HBM_BOUND = {("memory", "copy:cast")}
+
+
+def _get(obj, name):
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+def _terms(spec) -> tuple:
+    """(architecture, SMs x boost clock in Hz, HBM bytes/s) of a spec, a spec's plain data
+    (``model_dump``) or the fast path's view of one."""
+    chip, memory = _get(spec, "chip"), _get(spec, "memory")
+    return (_get(spec, "architecture"), _get(chip, "sm_count") * (_get(chip, "boost_clock_hz") or 0.0),
+            _get(memory, "hbm_bandwidth_bytes_per_s"))
+
+
+def transferred_kernels(kernels: dict, donor, target) -> dict:
+    """A donor profile's kernel parameters (as plain data) on the target GPU (``donor`` and
+    ``target``: their specs, as objects or plain data).
+
+    Within one architecture (the same SM), a kernel that the donor ran below the bandwidth
+    of its contiguous copy (the HBM's practical ceiling, the copy's ``memory_efficiency``)
+    is taken as bound by its SMs, not by the HBM: on the target it reaches the bandwidth it
+    reached on the donor scaled by the SMs x clock, up to that ceiling's share of the
+    target's own. So a kernel that stays in the SMs' limit keeps its time where the target
+    has less bandwidth per SM (an H100 SXM: the same 132 SMs and clock as the H200, 70% of
+    its bandwidth), and loses share where it has more. Kernels at the ceiling keep their
+    share, as do those in ``HBM_BOUND``. Across architectures the shares are kept as they are, but for the attention
+    kernels built for sm80, which reach more of an Ampere or Ada GPU's peak than of
     Hopper's (attention_kernels.sm80_scale)."""
     from ..attention_kernels import sm80_scale
 
-    scale, cap = sm80_scale(donor_architecture, target_architecture)
+    d_arch, d_sm, d_bw = _terms(donor)
+    t_arch, t_sm, t_bw = _terms(target)
+    ceiling = kernels.get("memory", {}).get("copy", {}).get("memory_efficiency")
+    if d_arch == t_arch and ceiling and d_sm and t_sm and (d_sm, d_bw) != (t_sm, t_bw):
+        factor = (d_bw / t_bw) * (t_sm / d_sm)
+        kernels = {f: {k: p if p.get("memory_efficiency", 1.0) >= ceiling or (f, k) in HBM_BOUND else
+                       {**p, "memory_efficiency": min(ceiling, p["memory_efficiency"] * factor)}
+                       for k, p in table.items()} for f, table in kernels.items()}
+    scale, cap = sm80_scale(d_arch, t_arch)
     if not scale:
         return kernels
     attention = dict(kernels.get("attention", {}))

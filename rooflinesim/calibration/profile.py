@@ -478,7 +478,7 @@ def transferred_profile(spec, lender_other_than: str | None = None) -> Profile:
 
     base = profiles[donor]
     plain = {f: {k: p.model_dump() for k, p in table.items()} for f, table in base.kernels.items()}
-    moved = transferred_kernels(plain, load_spec(donor).architecture, spec.architecture)
+    moved = transferred_kernels(plain, load_spec(donor), spec)
     kernels = {f: {k: (base.kernels[f][k] if moved[f][k] == plain[f][k] else FAMILY_PARAMS[f](**moved[f][k]))
                    for k in table} for f, table in moved.items()}
     return base.model_copy(update={**update, "kernels": kernels})
