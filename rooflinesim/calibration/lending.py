@@ -1,6 +1,6 @@
 """The one rule for GPUs nobody measured, on plain data (no pydantic: the cold CLI path
 uses it too): which measured GPU lends its fitted profile, and how the donor's kernel
-parameters read on the target's architecture."""
+parameters read on the target (its SMs, clock and bandwidth, its architecture)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,29 @@ def transfer(profiles: dict, spec_name: str, vendor: str):
 # what it reads) took 1.39-1.43x as long on an H100 SXM as on the H200 at 25-50 MB, as the
 # bandwidths would have it (benchmarks/measurements/h100-sxm/hf-ops.jsonl)
 HBM_BOUND = {("memory", "copy:cast")}
+
+
+# the bandwidth factors of a kernel's regimes that narrower loads or fewer thread blocks set
+# (the SMs' side): a regime's share is memory_efficiency times its factor
+REGIME_FACTORS = ("align8_memory", "align2_memory", "skinny_misaligned_memory", "gemv_misaligned_memory",
+                  "unsplit_memory_efficiency")
+
+
+def _sm_bound(p: dict, ceiling: float, factor: float) -> dict:
+    """One key's parameters on the target: each share of the HBM below ``ceiling`` (the
+    kernel's own, and each regime's: the kernel's times the regime's factor) times ``factor``
+    (the donor's bandwidth over the target's, times the target's SMs x clock over the
+    donor's), up to ``ceiling``."""
+    if "memory_efficiency" not in p:  # (a family priced otherwise)
+        return p
+    e = p["memory_efficiency"]
+    moved = e if e >= ceiling else min(ceiling, e * factor)
+    out = {**p, "memory_efficiency": moved}
+    for name in REGIME_FACTORS:
+        f = p.get(name, 1.0)
+        if f < 1 and e * f < ceiling:
+            out[name] = min(1.0, min(ceiling, e * f * factor) / moved)
+    return out
 
 
 def _get(obj, name):
@@ -46,10 +69,12 @@ def transferred_kernels(kernels: dict, donor, target) -> dict:
     reached on the donor scaled by the SMs x clock, up to that ceiling's share of the
     target's own. So a kernel that stays in the SMs' limit keeps its time where the target
     has less bandwidth per SM (an H100 SXM: the same 132 SMs and clock as the H200, 70% of
-    its bandwidth), and loses share where it has more. Kernels at the ceiling keep their
-    share, as do those in ``HBM_BOUND``. Across architectures the shares are kept as they are, but for the attention
-    kernels built for sm80, which reach more of an Ampere or Ada GPU's peak than of
-    Hopper's (attention_kernels.sm80_scale)."""
+    its bandwidth), and loses share where it has more. So does each regime whose share (the
+    kernel's times the regime's factor, ``REGIME_FACTORS``: misaligned loads, GEMV kernels,
+    attention that does not split its keys) is below the ceiling. Shares at the ceiling
+    stay, as do those of ``HBM_BOUND``. Across architectures the shares are kept as they
+    are, but for the attention kernels built for sm80, which reach more of an Ampere or
+    Ada GPU's peak than of Hopper's (attention_kernels.sm80_scale)."""
     from ..attention_kernels import sm80_scale
 
     d_arch, d_sm, d_bw = _terms(donor)
@@ -57,9 +82,8 @@ def transferred_kernels(kernels: dict, donor, target) -> dict:
     ceiling = kernels.get("memory", {}).get("copy", {}).get("memory_efficiency")
     if d_arch == t_arch and ceiling and d_sm and t_sm and (d_sm, d_bw) != (t_sm, t_bw):
         factor = (d_bw / t_bw) * (t_sm / d_sm)
-        kernels = {f: {k: p if p.get("memory_efficiency", 1.0) >= ceiling or (f, k) in HBM_BOUND else
-                       {**p, "memory_efficiency": min(ceiling, p["memory_efficiency"] * factor)}
-                       for k, p in table.items()} for f, table in kernels.items()}
+        kernels = {f: {k: p if (f, k) in HBM_BOUND else _sm_bound(p, ceiling, factor) for k, p in table.items()}
+                   for f, table in kernels.items()}
     scale, cap = sm80_scale(d_arch, t_arch)
     if not scale:
         return kernels
