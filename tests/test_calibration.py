@@ -485,9 +485,10 @@ def test_a_partial_calibration_keeps_the_transferred_profile_where_it_has_no_rec
 
     quick = ROOT / "benchmarks" / "measurements" / "h100-sxm" / "calib-quick.jsonl"
     paths = {b: tmp_path / f"{b}.yaml" for b in ("auto", "none")}
+    printed = {}
     for b, path in paths.items():
-        code, out, err = cli(["calibrate", str(quick), "--gpu", "h100-sxm", "-o", str(path), "--folds", "2",
-                              "--base", b])
+        code, printed[b], err = cli(["calibrate", str(quick), "--gpu", "h100-sxm", "-o", str(path), "--folds", "2",
+                                     "--base", b])
         assert code == 0, err
     based, bare = (load_profile_file(paths[b]) for b in ("auto", "none"))
     lent = transferred_profile(load_spec("h100-sxm"))
@@ -505,9 +506,54 @@ def test_a_partial_calibration_keeps_the_transferred_profile_where_it_has_no_rec
     code, out, err = cli(["predict", "gemm", "--gpu", "h100-sxm", "--profile", str(paths["auto"]),
                           "-m", "8", "-n", "8", "-k", "8"])
     assert code == 0 and "transferred from h200-sxm for want of records: collective" in out, err
+    # the error the collectives keep is the transferred profile's too (serve's intervals read it)
+    assert based.validation["base_cross_validated_from"] == "transferred from h200-sxm"
+    assert set(based.validation["base_cross_validated"]) >= {"allreduce", "block_gemm", "fused_moe"}
+    assert "base_cross_validated" not in bare.validation and "base_cross_validated_from" not in bare.validation
+    from rooflinesim.serve.simulate import family_sigmas
+
+    assert family_sigmas(based)["collective"] == pytest.approx(family_sigmas(lent)["collective"], rel=1e-3)
+    assert "collective" not in family_sigmas(bare)
+    assert "with that profile's cross-validated error" in printed["auto"]
+    assert "cross-validated error)" not in printed["none"]
     code, _, err = cli(["calibrate", str(quick), "--gpu", "h100-sxm", "-o", str(tmp_path / "x.yaml"),
                         "--base", "nope"])
     assert code == 2 and "no profile named 'nope'" in err and "Traceback" not in err
+
+
+def test_a_fit_over_a_base_carries_the_bases_error_where_it_validated_nothing(tmp_path):
+    """calibrate over a base: a GPU measured with GEMMs alone (the H100 quick suite's) has a
+    sigma for every family the base has; a family with no records of its own gets the base's,
+    an op of a fitted family its fit did not validate (block_gemm) the base's error for that op;
+    the written profile reloads with it."""
+    from dataclasses import replace
+
+    from rooflinesim.calibration.profile import transferred_profile
+    from rooflinesim.serve.residual import log_sigma
+    from rooflinesim.serve.simulate import family_sigmas
+
+    spec = load_spec("h100-sxm")
+    base = transferred_profile(spec, lender_other_than=spec.name)
+    meas = records.load([ROOT / "benchmarks" / "measurements" / "h100-sxm" / "calib-quick.jsonl"])
+    gemms = replace(meas, records=[r for r in meas.records if r["op"] == "gemm"])
+    prof, cv = fit.fit_profile(gemms, spec, folds=2, base=base, base_label="transferred from h200-sxm")
+    assert set(cv) == {"gemm"}
+    carried = prof.validation["base_cross_validated"]
+    assert "gemm" not in carried and carried["attention"] == base.validation["cross_validated"]["attention"]
+    assert prof.validation["base_cross_validated_from"] == "transferred from h200-sxm"
+    mine, lent = family_sigmas(prof), family_sigmas(base)
+    assert set(mine) == set(lent) == {"gemm", "attention", "moe", "memory", "collective"}
+    for family in ("attention", "moe", "memory", "collective"):
+        assert mine[family] == pytest.approx(lent[family], rel=1e-9)
+    # gemm: the larger of its own gemm error and the base's block_gemm error
+    own, lent_block = (log_sigma(np.log1p(s["median_ape"]), np.log1p(s["p90_ape"]))
+                       for s in (cv["gemm"], carried["block_gemm"]))
+    assert mine["gemm"] == pytest.approx(max(own, lent_block), rel=1e-9)
+    path = tmp_path / "gemm-only.yaml"
+    fit.write_profile(prof, path)
+    again = load_profile_file(path)
+    assert set(again.validation["base_cross_validated"]) == set(carried)
+    assert family_sigmas(again) == pytest.approx(mine, rel=1e-3)
 
 
 def test_a_kernel_below_the_copys_share_keeps_its_bandwidth_on_a_gpu_of_the_same_sms():

@@ -445,9 +445,19 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=(), base: Prof
             **({"left_out": f"{len(elsewhere)} records measured on other GPUs"} if elsewhere else {}),
             **({"hardware_notes": notes} if notes else {}),
         },
-        "validation": {"cross_validated": cv, "groups": group_cv},
+        "validation": {"cross_validated": cv, "groups": group_cv, **_base_errors(base, cv, base_label)},
     })
     return profile, cv
+
+
+def _base_errors(base: Profile | None, cv: dict, base_label: str) -> dict:
+    """The cross-validated error of base profile ``base_label`` for the ops this fit did not
+    validate (``cv`` holds those it did): the base's parameters price them, so serve's intervals
+    take the base's error for them. The base's own, else what it carried from its own base."""
+    known = {} if base is None else base.validation
+    carried = {**known.get("base_cross_validated", {}), **known.get("cross_validated", {})}
+    kept = {op: s for op, s in sorted(carried.items()) if op not in cv}
+    return {"base_cross_validated": kept, "base_cross_validated_from": base_label} if kept else {}
 
 
 def _family_counts(fitted: dict, short: dict, base_label: str = "ideal") -> dict:

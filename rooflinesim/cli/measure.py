@@ -99,8 +99,10 @@ def calibrate(files, gpu, spec_files, output, force, folds, base):
     by_reason: dict[str, list[str]] = {}
     for family, why in prov.get("prior_kept", {}).items():
         by_reason.setdefault(why, []).append(family)
+    # (serve's intervals: the base's cross-validated error for the ops this fit did not validate)
+    carried = ", with that profile's cross-validated error" if profile.validation.get("base_cross_validated") else ""
     for why, families in by_reason.items():
-        click.echo(f"not fitted: {', '.join(families)} ({why})")
+        click.echo(f"not fitted: {', '.join(families)} ({why}{carried})")
     for note in [prov[k] for k in ("left_out",) if k in prov] + prov.get("hardware_notes", []):
         click.echo(f"note: {note}")
     _warn(meas)

@@ -48,11 +48,13 @@ FAMILY_OPS = {"gemm": ("gemm", "block_gemm"), "attention": ("attention",), "moe"
 
 def family_sigmas(profile) -> dict:
     """Per kernel family: sigma of the log of true over predicted time, from the profile's
-    cross-validated errors (empty for a profile with none: the ideal roofline)."""
-    cv = (getattr(profile, "validation", None) or {}).get("cross_validated", {})
+    cross-validated errors (empty for a profile with none: the ideal roofline); an op its fit
+    did not validate takes its base profile's error (``calibrate --base``), where it has one."""
+    validation = getattr(profile, "validation", None) or {}
+    own, base = (validation.get(k, {}) for k in ("cross_validated", "base_cross_validated"))
     out = {}
     for family, ops in FAMILY_OPS.items():
-        found = [cv[o] for o in ops if o in cv and cv[o].get("n")]
+        found = [s for s in (own[o] if own.get(o, {}).get("n") else base.get(o, {}) for o in ops) if s.get("n")]
         if found:
             out[family] = max(log_sigma(math.log1p(s["median_ape"]), math.log1p(s["p90_ape"])) for s in found)
     return out
