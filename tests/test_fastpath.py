@@ -16,7 +16,7 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(fastpath, "_REGISTRY", None)
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200", "a100", "mi300x", "l4"])
+@pytest.mark.parametrize("gpu", ["h100", "h200", "gh200", "a100", "mi300x", "l4"])
 @pytest.mark.parametrize("profile", [None, "ideal"])
 def test_views_predict_exactly_like_the_models(gpu, profile):
     full_spec = load_spec(gpu)
