@@ -185,6 +185,7 @@ class StepTimes:
         self.attention_decode = LogTable([self.n_grid, self.ctx_grid], m @ parts["attention_decode"])
         self._rows: dict = {}
         self._row_lists: dict = {}  # (the same rows as plain floats, for one context at a time)
+        self._decode_base: dict = {}  # (a decode step's time but its attention's, a plain float per batch size)
         for t in self.stage_tables:
             t._combine(m)
 
@@ -222,6 +223,13 @@ class StepTimes:
         i, w = _bracket(self.attention_decode._axes[1], math.log(context))
         return math.exp(row[i] * (1 - w) + row[i + 1] * w)
 
+    def decode_base(self, n: int) -> float:
+        """A step of ``n`` decode tokens, all sampling: its time but the attention's."""
+        t = self._decode_base.get(n)
+        if t is None:
+            t = self._decode_base[n] = float(self.dense_decode[n] + self.logits[n])
+        return t
+
     def decode_attention(self, n: int, context):
         """``attention_decode(n, context)`` for a context or an array of them (the same
         interpolation, its first axis taken once per ``n``)."""
@@ -231,8 +239,8 @@ class StepTimes:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
         ``context`` tokens on average (an array: one step each); ``common``: ``step_s``'s."""
         if not common:
-            return self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context)
-        t = self.dense_decode[n] + self.logits[n] + self.decode_attention(n, context - common)
+            return self.decode_base(n) + self.decode_attention(n, context)
+        t = self.decode_base(n) + self.decode_attention(n, context - common)
         return t + self.prefix_attention(n, common)
 
     def prefix_attention(self, tokens: int, common: int) -> float:

@@ -79,6 +79,20 @@ def _blocks(tokens, block_size: int):
     return -(-tokens // block_size)
 
 
+def _total(values: np.ndarray) -> int:
+    """The sum of an int array, a plain int (over a few values, Python's sum of the list is
+    the cheaper call)."""
+    return sum(values.tolist()) if values.size <= 32 else int(_sum(values))
+
+
+def _bounds(values: np.ndarray) -> tuple:
+    """The least and the greatest of an int array, plain ints (``_total``'s way)."""
+    if values.size <= 32:
+        v = values.tolist()
+        return min(v), max(v)
+    return int(_min(values)), int(_max(values))
+
+
 class Sim:
     def __init__(self, reqs: Requests, steps, p: EngineParams, concurrency: int | None):
         n = len(reqs)
@@ -323,7 +337,7 @@ class Sim:
         step can take, before the loop would see a request due at ``due`` (``until_due``'s)."""
         if due == math.inf:
             return k
-        floor = self.steps.dense_decode[n] + self.steps.logits[n] + self.p.step_overhead_s
+        floor = self.steps.decode_base(n) + self.p.step_overhead_s
         return min(k, max(int((due - self.now) / floor), -1) + 2)  # (with the overlap, it may be due already)
 
     def until_due(self, dur: np.ndarray, due: float) -> tuple:

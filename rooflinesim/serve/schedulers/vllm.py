@@ -36,7 +36,7 @@ import numpy as np
 from ...errors import UserError
 from ..metrics import Served
 from ..traffic import Requests
-from .base import EngineParams, _blocks, _count, _cumsum, _max, _min, Running, Sim, _sum
+from .base import EngineParams, _blocks, _bounds, _count, _cumsum, Running, Sim, _sum, _total
 
 
 CASCADE_MIN_PREFIX = 256  # vLLM's use_cascade_attention: a shorter common prefix is not worth a second kernel
@@ -96,7 +96,7 @@ class VllmV1(Sim):
         """The free KV blocks: all but those the running requests hold (each block once,
         though ``held`` counts a shared prefix's in every request holding it) and those held
         aside."""
-        return self.p.kv_blocks - int(_sum(run.held)) - self.aside + self.dup
+        return self.p.kv_blocks - _total(run.held) - self.aside + self.dup
 
     def run(self) -> Served:
         p = self.p
@@ -156,25 +156,26 @@ class VllmV1(Sim):
         or None where the case does not hold."""
         p, bs = self.p, self.p.block_size
         n = run.size
-        if len(waiting) + n > p.max_num_seqs or (n and (_max(want) != 1 or _min(want) != 1)):
+        if len(waiting) + n > p.max_num_seqs or (n and _count(want != 1)):
             return None
-        need = _blocks(run.computed + 1, bs) - run.held
-        left = free - int(_sum(need))
+        need = run.computed // bs + 1 - run.held  # (the blocks of one token more: ceil((computed + 1) / bs))
+        left = free - _total(need)
         budget = p.max_num_batched_tokens - n
         if left < 0 or budget < 1:
             return None
         ids = list(waiting)
         if self.group is not None and (self.group[ids] >= 0).any():  # (the prefix cache: _schedule's way)
             return None
-        prompts = tokens[ids]
+        ix = np.array(ids, dtype=np.int64)
+        prompts = tokens[ix]
         blocks = _blocks(prompts, bs)
-        prompt_tokens, prompt_blocks = int(_sum(prompts)), int(_sum(blocks))
+        prompt_tokens, prompt_blocks = _total(prompts), _total(blocks)
         if prompt_tokens > budget or prompt_blocks > left:
             return None
         waiting.clear()
-        t = prompts.astype(float)
-        dur = self.steps.step_s(n, float(_sum(run.computed) + n) / n if n else 0.0, len(ids), prompt_tokens,
-                                float(_sum(t * t) / _sum(t)), n + len(ids)) + p.step_overhead_s
+        # (the chunks' context weighted by their tokens: sums of whole numbers, exact as ints)
+        dur = self.steps.step_s(n, (_total(run.computed) + n) / n if n else 0.0, len(ids), prompt_tokens,
+                                _total(prompts * prompts) / prompt_tokens, n + len(ids)) + p.step_overhead_s
         left -= prompt_blocks
         for i in ids:
             if math.isnan(self.scheduled[i]):
@@ -184,7 +185,6 @@ class VllmV1(Sim):
         self.now += dur
         run.computed = run.computed + 1
         run.held = run.held + need
-        ix = np.array(ids, dtype=np.int64)
         run.add_columns(ix, prompts, prompts, blocks, gen[ix], self.output[ix], self.last_token[ix])
         finished = self._sampled_all(run)
         return (self.free_blocks(run) if finished else left), finished
@@ -201,7 +201,7 @@ class VllmV1(Sim):
                 self.prefix_computed(run.id[firsts], run.tokens[firsts])
         if k < run.size:
             self.itl.append((self.now - run.last[~firsts], 1))
-        run.last = np.full(run.size, self.now)
+        run.last.fill(self.now)  # (its own array: the caller's add_columns made it)
         return self._finish(run, None, None) if _count(run.generated >= run.output) else 0
 
     def _schedule(self, run: Running, want, waiting, tokens, gen, free):
@@ -284,10 +284,10 @@ class VllmV1(Sim):
         ended = run.generated >= run.output
         k = _count(ended)
         if k:
-            ids = run.id[ended]
-            self.finish[ids] = run.last[ended]  # (now, but for those a decode stretch took on past their end)
+            ids, last = run.id[ended], run.last[ended]
+            self.finish[ids] = last  # (now, but for those a decode stretch took on past their end)
             self.generated[ids] = run.generated[ended]
-            self.last_token[ids] = run.last[ended]
+            self.last_token[ids] = last
             if self.group is not None:
                 self.left(ids, int(_sum(run.held[ended])), self.free_blocks(run))
             run.keep(~ended)
@@ -310,12 +310,12 @@ class VllmV1(Sim):
             g = min(int(tokens[i]), p.max_num_batched_tokens - n)
             if g > 0 and _blocks(g, p.block_size) <= free:
                 return False
-        if _max(want) != 1 or _min(want) != 1 or _min(run.generated) < 1:  # (a prompt's last token is no decode)
+        if _count(want != 1) or _count(run.generated) < n:  # (a prompt's last token is no decode)
             return False
         left = run.output - run.generated  # (steps to each request's last token)
-        first = int(_min(left))
+        first, last = _bounds(left)
         # (past a finish only where no waiting request, nor one a freed slot lets the client send, could join)
-        k = int(_max(left)) if not waiting and self.slots is None else first
+        k = last if not waiting and self.slots is None else first
         due = self.due()
         k = self.steps_before_due(k, n if k == first else 1, due)
         c = run.computed
@@ -329,10 +329,10 @@ class VllmV1(Sim):
         j = np.arange(1, k + 1)
         if k <= first:  # (the same batch throughout)
             common = self.common_prefix(run, None, True) if self.cascading else 0
-            dur = self.steps.decode_steps(n, int(_sum(c)) / n + j, common) + p.step_overhead_s  # (the mean, exactly)
+            dur = self.steps.decode_steps(n, _total(c) / n + j, common) + p.step_overhead_s  # (the mean, exactly)
             parts = [(dur, n)]  # (a run of steps with its batch size)
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
-            order = np.argsort(left, kind="stable")
+            order = left.argsort(kind="stable")
             ranked = left[order].tolist()
             held = _cumsum(c[order][::-1])[::-1].tolist()  # (context held by each request on, in that order)
             parts, a, at = [], 0, self.now  # (one part a batch size, until the step in which one is due)
@@ -351,10 +351,11 @@ class VllmV1(Sim):
         k, ends = self.until_due(dur, due)
         dur, j = dur[:k], j[:k]
         steps = np.minimum(left, k)  # (each request's steps in the stretch)
-        held = _blocks(c + steps, p.block_size)
+        computed = c + steps
+        held = _blocks(computed, p.block_size)
         # (blocks in use over the stretch: exact at its ends, in between a straight line)
         before = p.kv_blocks - free
-        after = before - int(_sum(run.held)) + int(_sum(held[left >= k]))
+        after = before - _total(run.held) + _total(held[left >= k])
         if self.group is not None and _count(left < k):  # (those that finish: their shared blocks stay)
             after += self.kept_if_left(run.id[left < k])
         # (each step's batch, the parts past the stretch's end cut off)
@@ -367,7 +368,7 @@ class VllmV1(Sim):
             if hi > lo:
                 self.itl.append((dur[lo:hi], m))
             a += d.size
-        run.computed = c + steps
+        run.computed = computed
         run.tokens = run.tokens + steps
         run.generated = run.generated + steps
         run.held = held
