@@ -3,7 +3,7 @@
 # with two H200 SXM GPUs, single-GPU suites run side by side (one process per GPU),
 # then the collectives use both GPUs. Files resume: cases already in a file are skipped.
 #
-#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | moe16 | norm1 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1 | pair1)
+#   benchmarks/measure_h200.sh PHASE OUTDIR     (PHASE: smoke | main | grouped1 | block1 | block2 | moe16 | norm1 | random | focus | holdout3 | tokens | final | final2 | final3 | focus2 | final4 | collectives3 | focus3 | focus4 | final5 | eager | eager2 | eager3 | eager4 | eager5 | eager6 | eager7 | hf1 | hf2 | hf3 | hf4 | hf5 | sdpa1)
 #
 # Each phase fits in ten minutes of machine time.
 set -u
@@ -348,22 +348,6 @@ hf5)
   done
   cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
   ;;
-pair1)
-  # one GPU: the H100's untouched phase hf2 (benchmarks/measure_h100.sh) on the H200 too, the
-  # same shapes and points: the harness's holdout16 suite in CUDA graphs (the H200 had it only
-  # eagerly) and transformers' forward of four models at points no H200 run had used
-  export CUDA_VISIBLE_DEVICES=0
-  log=log-pair1.txt
-  versions
-  run1 holdout16-graph.jsonl 150 holdout16 graph
-  for m in "llama-2-7b hf-untouched4-llama2.jsonl" "mistral-7b-v0.3 hf-untouched4-mistral.jsonl" \
-           "phi-3-mini-4k hf-untouched4-phi3.jsonl" "mixtral-8x7b hf-untouched4-mixtral.jsonl --layers 8"; do
-    set -- $m
-    timeout 80 python3 benchmarks/hf_forward.py --model "$1" --out "$out/$2" --budget-s 60 "${@:3}" \
-      --prefill 3x400 --prefill 1x2000 --decode 5x900 --decode 24x1500 --decode 64x700 >>"$out/$log" 2>&1
-  done
-  cat "$out/nvidia-smi.csv" >>"$out/$log" && rm -f "$out/nvidia-smi.csv"
-  ;;
 grouped1)
   # one GPU: expert GEMMs alone (torch._grouped_mm in bf16, torch._scaled_grouped_mm in fp8
   # with one scale per input row and per weight column): the calibration set (model
@@ -466,8 +450,6 @@ case $phase in
   eager4) keep_only eager3-random.jsonl eager3-memory.jsonl eager3-decoder.jsonl eager-holdout16.jsonl ;;
   sdpa1) keep_only sdpa-new-shape.jsonl ;;
   grouped1) keep_only calib-grouped-gemm.jsonl holdout-grouped-gemm.jsonl ;;
-  pair1) keep_only holdout16-graph.jsonl hf-untouched4-llama2.jsonl hf-untouched4-mistral.jsonl \
-    hf-untouched4-phi3.jsonl hf-untouched4-mixtral.jsonl ;;
   block1) keep_only calib-block-fp8.jsonl holdout-block-fp8.jsonl ;;
   block2) keep_only calib-block-fp8.jsonl holdout-block-fp8-repeat.jsonl ;;
   moe16) keep_only calib-fused-moe16.jsonl holdout-fused-moe16.jsonl ;;
