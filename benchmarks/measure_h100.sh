@@ -9,7 +9,7 @@
 # The block-fp8 and fused-moe16 held-out suites stopped at their time budgets (65 of 80 and
 # 44 of 60 cases); logs/ holds each phase's log.
 #
-# Phase hf (a later session) tests the transfer where the first phases had nothing: the
+# Phase hf (measured later) tests the transfer where the first phases had nothing: the
 # harness's graph-mode MoE layers (suite moe, the shapes of the H200's calib-memory-moe.jsonl)
 # and grouped GEMMs (grouped-gemm-holdout, as the H200's holdout-grouped-gemm.jsonl), and
 # transformers' forward (benchmarks/hf_forward.py): op-by-op traces of two layers (the
