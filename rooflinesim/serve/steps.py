@@ -238,10 +238,8 @@ class StepTimes:
     def decode_steps(self, n: int, context: np.ndarray, common: int = 0) -> np.ndarray:
         """Steps of ``n`` decode tokens only, all sampling, their sequences holding
         ``context`` tokens on average (an array: one step each); ``common``: ``step_s``'s."""
-        if not common:
-            return self.decode_base(n) + self.decode_attention(n, context)
-        t = self.decode_base(n) + self.decode_attention(n, context - common)
-        return t + self.prefix_attention(n, common)
+        t = self.decode_base(n) + self.decode_attention(n, context - common if common else context)
+        return t + self.prefix_attention(n, common) if common else t
 
     def prefix_attention(self, tokens: int, common: int) -> float:
         """Cascade attention's first kernel: the step's ``tokens`` queries, as one sequence,
