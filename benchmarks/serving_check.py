@@ -100,6 +100,17 @@ def load_points(path: Path) -> list:
     return points
 
 
+def allreduce_of(point: dict) -> str:
+    """The TP AllReduce's backends of the point's engine as it ran (Deployment.allreduce):
+    vLLM's symmetric-memory communicator from v0.11.0 on (its PR 24111), a custom AllReduce
+    then NCCL before; SGLang's and TensorRT-LLM's their defaults."""
+    from rooflinesim.serve.defaults import ENGINES
+
+    if point["engine"] != "vllm":
+        return ENGINES[point["engine"]].allreduce
+    return "engine" if _version(point) >= (0, 11) else "custom"
+
+
 def simulate(point: dict, samples: int):
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
@@ -114,8 +125,8 @@ def simulate(point: dict, samples: int):
         warmup = len(earlier)
         reqs = earlier.then(reqs, float(point["after"]["start_s"]))
     model = load_config(MODELS[point["model"]])
-    d = Deployment(tp=int(point["tp"]), weights=point["weights"], **({"kv_cache": point["kv_cache"]}
-                                                                     if point.get("kv_cache") else {}))
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"], allreduce=allreduce_of(point),
+                   **({"kv_cache": point["kv_cache"]} if point.get("kv_cache") else {}))
     limits = {}
     if point.get("client", "").startswith("trtllm-bench"):  # (its scheduler settings, limits and KV budget)
         seqs, tokens = trtllm_bench_limits(point, model, spec)
@@ -363,7 +374,7 @@ def modelled_prefill_rate(point: dict) -> float:
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
     prompt = int(point["dataset"]["input_len"])
     chunk = engine_limits(point["engine"], model, spec)["max_num_batched_tokens"]
-    d = Deployment(tp=int(point["tp"]), weights=point["weights"])
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"], allreduce=allreduce_of(point))
     r = predict_model(model, spec, resolve_profile(spec, None), d, batch=1, prompt=prompt, gen=2,
                       chunk=min(chunk, prompt))
     return prompt / float(r.ttft_s)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UserError
+from .ops.collectives import ENGINE_ALGORITHMS
 from .timing import Timing, _bound, _intensity, _is_zero, _scaled, corner, logistic, math_flops, sfu_rate
 from .work import Work
 
@@ -382,11 +383,11 @@ class PricedCollectives(_EndToEnd):
         if any(cp.fill_latency_s for cp in cps):
             size = lay([np.asarray(op.bytes, dtype=float) for op in ops])
             link = link - lay([cp.fill_latency_s for cp in cps]) * np.expm1(size / -lay([cp.fill_bytes for cp in cps]))
-        if any(op.algorithm == "engine" for op in ops):  # (the engine's own, where faster: engine_allreduce.py)
+        if any(op.algorithm in ENGINE_ALGORITHMS for op in ops):  # (the engine's own, where faster)
             from .ops.engine_allreduce import engine_allreduce_s
 
-            engine = lay([engine_allreduce_s(op.bytes, op.world_size, spec.interconnect.link)
-                          if op.algorithm == "engine" else np.inf for op in ops])
+            engine = lay([engine_allreduce_s(op.bytes, op.world_size, spec.interconnect.link, op.algorithm)
+                          if op.algorithm in ENGINE_ALGORITHMS else np.inf for op in ops])
             faster = engine < fixed + link
             link = np.where(faster, np.minimum(engine, link), link)  # (its time: a link's, latency included)
             fixed = np.where(faster, engine - link, fixed)

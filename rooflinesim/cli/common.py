@@ -125,6 +125,17 @@ def eager_option(f):
         "time of the call (the profile's) and the GPU time."))(f)
 
 
+def allreduce_option(default: str | None):
+    """--allreduce: the engine's TP AllReduce backends (``default``; None: the engine's)."""
+    return click.option(
+        "--allreduce", type=click.Choice(["engine", "custom"]), default=default, show_default=default is not None,
+        help="The TP AllReduce's backends, as measured: engine (vLLM's since v0.11: custom one-stage "
+             "kernels, PyTorch symmetric memory, NCCL) or custom (a custom AllReduce's one- and two-stage "
+             "kernels, then NCCL: SGLang's default, vLLM before v0.11, TensorRT-LLM's kernels)"
+             + ("" if default else "; default: the engine's (engine for vllm, custom for sglang and trtllm)")
+             + ".")
+
+
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(f)
 

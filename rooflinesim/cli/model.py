@@ -8,7 +8,8 @@ import re
 
 import click
 
-from .common import (FRACTION, MAX_COUNT, MAX_SIZE, POS, Size, UserError, echo, emit_json, gpu_options, json_option,
+from .common import (FRACTION, MAX_COUNT, MAX_SIZE, POS, Size, UserError, allreduce_option, echo, emit_json,
+                     gpu_options, json_option,
                      load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table, weights_of)
 
 PAR = Size(max=MAX_COUNT)  # a parallel degree or a number of microbatches
@@ -67,8 +68,9 @@ class BatchOrMax(Size):
               help="Host time per kernel launch with --eager, in place of the profile's fitted host times "
                    "(transformers: per PyTorch op).")
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "hf"]), default="vllm", show_default=True,
-              help="Whose kernels: vllm, sglang and trtllm run the same fused kernels; hf is Hugging Face "
-                   "transformers' eager forward (SDPA, one GPU), with where its time goes.")
+              help="Whose kernels: vllm, sglang and trtllm run the same fused kernels (and each its own TP "
+                   "AllReduce, --allreduce); hf is Hugging Face transformers' eager forward (SDPA, one GPU), with "
+                   "where its time goes.")
 @click.option("--hf-cache", type=click.Choice(["static", "dynamic"]), default=None,
               help="--engine hf: the KV cache (default: dynamic with --eager, as generate() runs; static "
                    "otherwise, the cache a CUDA graph captures, sized prompt + gen).")
@@ -78,12 +80,13 @@ class BatchOrMax(Size):
               type=FRACTION, default=0.9, show_default=True,
               help="--batch max: share of the card the deployment may use, the rest headroom "
                    "(the planner's gpu_memory_utilization).")
+@allreduce_option(None)
 @gpu_options
 @profile_option
 @json_option
 def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parallel, microbatches,
           weights, activations, kv_dtype, group_size, attention, eager, launch_overhead,
-          engine, hf_cache, decode_points, memory_fraction, gpu, spec_files, profile, as_json):
+          engine, hf_cache, decode_points, memory_fraction, allreduce, gpu, spec_files, profile, as_json):
     """A model served on GPUs: time to first token, time per output token, throughput, and
     the kernels of prefill and decode with their times."""
     from ..models.deploy import Deployment, max_batch
@@ -106,7 +109,8 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    kv_cache=kv_dtype and kv_dtype.lower(), group_size=group_size,
                    attention=attention, microbatches=microbatches, eager=eager,
                    launch_overhead_s=overhead_s, kernels="hf" if engine == "hf" else "engine",
-                   hf_cache=hf_cache if engine == "hf" else None)
+                   hf_cache=hf_cache if engine == "hf" else None,
+                   allreduce=allreduce or ("engine" if engine in ("vllm", "hf") else "custom"))
     if hf_cache is not None and engine != "hf":
         raise UserError("--hf-cache goes with --engine hf")
     source = click.get_current_context().get_parameter_source("batch")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from .common import (FRACTION, MAX_COUNT, Real, Size, SizeOrAuto, UserError, echo, emit_json, json_option,
-                     parse_size, table)
+from .common import (FRACTION, MAX_COUNT, Real, Size, SizeOrAuto, UserError, allreduce_option, echo, emit_json,
+                     json_option, parse_size, table)
 from .serve import MAX_LEN, MAX_OVERHEAD_S, MAX_PROMPTS, Rate
 
 MAX_RATE = 1e6
@@ -93,12 +93,13 @@ MAX_RATE = 1e6
 @click.option("--include-uncalibrated", is_flag=True,
               help="Also plan with GPUs that have no fitted profile (priced on the ideal roofline: optimistic, "
                    "with no interval).")
+@allreduce_option(None)
 @json_option
 def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_gpus, weights, kv_dtypes, engine,
          pps, pd, tokens_options, seqs_options, prices_file, dataset, input_len, output_len, range_ratio, burstiness,
          prefix_len, num_prefixes, num_prompts, seed, min_probability, interval_samples, gpu_memory_utilization,
          mem_fraction_static, max_model_len, request_overhead, eager_prefill, cuda_graph_max_bs, disable_cascade_attn, jobs,
-         ray_address, plot, force, include_uncalibrated, as_json):
+         ray_address, plot, force, include_uncalibrated, allreduce, as_json):
     """The cheapest deployment (GPU, tensor parallelism, dtypes, replicas) that serves the
     workload at --rate requests/s with every P99 SLO met, over GPU types, tensor and expert
     parallelism, dtypes, the engine's limits and replicas: its cost per hour and per million
@@ -154,7 +155,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
                   pp=list(pps) or None, min_probability=min_probability, pd=pd, progress=tick, on_start=begin,
                   request_overhead_s=request_overhead, eager_prefill=eager_prefill,
                   max_model_len=None if max_model_len == "auto" else max_model_len,
-                  disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs)
+                  disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs,
+                  allreduce=allreduce)
     finally:
         if bar is not None and bar.entered:
             bar.__exit__(None, None, None)

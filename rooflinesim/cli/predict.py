@@ -196,9 +196,11 @@ def _collective_command(kind):
                   help="Size of the full tensor, e.g. 16MiB, 1GB or 1048576.")
     @click.option("--gpus", "world_size", type=Size(min=2, max=MAX_COUNT), default=8, show_default=True,
                   help="GPUs taking part (the world size).")
-    @click.option("--algorithm", type=click.Choice(["ring", "tree", "nvls", "engine"]), default="ring",
-                  show_default=True, help="engine (allreduce): the serving engines' own TP AllReduce, as "
-                                          "measured where the GPU's link has figures, else the ring.")
+    @click.option("--algorithm", type=click.Choice(["ring", "tree", "nvls", "engine", "custom"]), default="ring", show_default=True,
+                  help="engine and custom (allreduce): a serving engine's own TP AllReduce, as measured where the "
+                       "GPU's link has figures, else the ring: engine is vLLM's since v0.11 (custom one-stage "
+                       "kernels, PyTorch symmetric memory, NCCL), custom a custom AllReduce's one- and two-stage "
+                       "kernels, then NCCL (SGLang's default, vLLM before v0.11, TensorRT-LLM's kernels).")
     @gpu_options
     @profile_option
     @json_option

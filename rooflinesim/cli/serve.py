@@ -7,8 +7,8 @@ import math
 
 import click
 
-from .common import (FRACTION, MAX_COUNT, POS, Real, Size, SizeOrAuto, UserError, echo, emit_json, gpu_options,
-                     json_option, load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table,
+from .common import (FRACTION, MAX_COUNT, POS, Real, Size, SizeOrAuto, UserError, allreduce_option, echo,
+                     emit_json, gpu_options, json_option, load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table,
                      weights_of)
 
 PAR = Size(max=MAX_COUNT)
@@ -254,6 +254,7 @@ def _goodput(ctx, param, values) -> dict:
               help="Write an offline HTML chart: latency CDFs, and requests, tokens per step and KV-cache "
                    "use over time.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
+@allreduce_option(None)
 @json_option
 def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtype, attention, engine, eager,
           hf_cache, max_num_batched_tokens, max_num_seqs, block_size, gpu_memory_utilization, mem_fraction_static,
@@ -265,13 +266,13 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
           input_len, output_len, range_ratio, client, prefix_len,
           num_prefixes, prefix_caching, disable_cascade_attn, trace_file, trace_block_size, seed,
           interval_samples, goodput, percentiles, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, max_rate, plot, force,
-          as_json):
+          allreduce, as_json):
     """Simulate an engine serving a stream of requests on a deployment: TTFT, TPOT, ITL and
     end-to-end latency percentiles, throughput and goodput, as vLLM's benchmark client
     reports them."""
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
-    from ..serve.defaults import memory_fraction
+    from ..serve.defaults import ENGINES, memory_fraction
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
@@ -322,7 +323,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     if (eager or hf_cache) and engine != "hf":
         raise UserError("--eager and --hf-cache go with --engine hf (engines run CUDA graphs)")
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(),
-                   attention=attention, eager=eager, kernels="hf" if engine == "hf" else "engine", hf_cache=hf_cache)
+                   attention=attention, eager=eager, kernels="hf" if engine == "hf" else "engine", hf_cache=hf_cache,
+                   allreduce=allreduce or ENGINES[engine].allreduce)
     if engine == "hf":
         from ..models.hf import check
 
@@ -405,6 +407,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     head = {"model": cfg.name, "gpu": spec.name, "deployment": d.as_dict(), "profile": profile_label(prof),
             "weight_block_size": list(cfg.weight_block_size) if cfg.weight_block_size else None,
             **source, "max_concurrency": concurrency, "metric_percentiles": list(percentiles)}
+    if d.kernels == "engine" and d.tp > 1:
+        head["allreduce_source"] = "given (--allreduce)" if allreduce else ENGINES[engine].allreduce_source
     if pd is not None:
         head.update(decode_tp=decode_tp, kv_link_source=r.disaggregated["kv_link_source"])
     if interval_samples:

@@ -38,6 +38,9 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 # class runs on a GPU is resolved when it is priced (rooflinesim.attention_kernels)
 ATTENTION = ("fa3", "fa2", "naive")
 KERNELS = ("engine", "hf")
+# an engine's TP AllReduce backends (ops/collectives.py's ENGINE_ALGORITHMS, named here so that
+# a deployment is read without loading the cost models)
+ALLREDUCE = ("engine", "custom")
 
 
 def _dtype_name(what: str, value: str, allowed) -> str:
@@ -76,6 +79,10 @@ class Deployment:
     # hf only: the KV cache, "static", "dynamic" or "none" (use_cache=False); None: dynamic
     # eagerly (generate()'s default), static under a CUDA graph (the one a graph can capture)
     hf_cache: str | None = None
+    # "engine" kernels only: the TP AllReduce's backends, "engine" (vLLM's since v0.11: PyTorch
+    # symmetric memory among them) or "custom" (a custom AllReduce, then NCCL: SGLang's default,
+    # vLLM before v0.11, TensorRT-LLM's); rooflinesim/ops/engine_allreduce.py
+    allreduce: str = "engine"
 
     def __post_init__(self):
         for f in ("tp", "pp", "ep", "dp", "group_size"):
@@ -96,6 +103,8 @@ class Deployment:
                             f"(got {self.launch_overhead_s!r})")
         if self.kernels not in KERNELS:
             raise UserError(f"the kernels must be one of {', '.join(KERNELS)} (got {self.kernels!r})")
+        if self.allreduce not in ALLREDUCE:
+            raise UserError(f"--allreduce must be one of {', '.join(ALLREDUCE)} (got {self.allreduce!r})")
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "activations", a)
         object.__setattr__(self, "kv_cache", kv)
@@ -120,7 +129,8 @@ class Deployment:
         w = self.weights + (f" (w4a16, group {self.group_size})" if self.weights == "int4" else "")
         blocks = (f" ({weight_blocks[0]} x {weight_blocks[1]} blocks)"  # (the engines' block-scaled kernels)
                   if self.weights == "fp8" and weight_blocks else "")
-        hf = (f"; transformers' eager kernels, {self.hf_cache} cache" if self.kernels == "hf" else "")
+        hf = (f"; transformers' eager kernels, {self.hf_cache} cache" if self.kernels == "hf" else
+              "; a custom AllReduce" if self.allreduce == "custom" and self.tp > 1 else "")
         return (f"{', '.join(par)}; {w} weights{blocks}, {self.activations} activations, "
                 f"{self.kv_cache} KV cache, "
                 f"{attention or (self.attention or 'the GPU default') + ' attention'}{hf}")
@@ -132,7 +142,8 @@ class Deployment:
                 "group_size": self.group_size, "attention": self.attention,
                 "microbatches": self.microbatches, "eager": self.eager,
                 "launch_overhead_s": self.launch_overhead_s if self.eager else None,
-                "kernels": self.kernels, "hf_cache": self.hf_cache, "gpus": self.gpus}
+                "kernels": self.kernels, "hf_cache": self.hf_cache,
+                "allreduce": self.allreduce if self.kernels == "engine" else None, "gpus": self.gpus}
 
 
 @dataclass(frozen=True)

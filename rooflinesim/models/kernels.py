@@ -126,9 +126,9 @@ class _Shapes:
                       **kw)
 
     def collective(self, name, kind, nbytes, world, **kw) -> Kernel:
-        # (an engine's TP AllReduce is its own, priced where measured; transformers' and every
-        # other collective: NCCL's ring)
-        algorithm = "engine" if kind == "allreduce" and self.d.kernels == "engine" else "ring"
+        # (an engine's TP AllReduce is its own, priced where measured: the deployment's backends;
+        # transformers' and every other collective: NCCL's ring)
+        algorithm = self.d.allreduce if kind == "allreduce" and self.d.kernels == "engine" else "ring"
         return Kernel(name, Collective, dict(kind=kind, bytes=nbytes, world_size=world,
                                              algorithm=algorithm, dtype=self.act), **kw)
 

@@ -22,10 +22,13 @@ from ..work import Work
 from .base import Op, check_choice, check_positive
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
-# "engine": the serving engines' own TP AllReduce (custom one- and two-stage kernels, symmetric
-# memory, else NCCL), priced from their measured times where the link has them (engine_allreduce.py),
-# else as the ring; its bytes and hops counted as the ring's
-ALGORITHMS = ("ring", "tree", "nvls", "engine")
+# "engine" and "custom": a serving engine's own TP AllReduce, priced from measured times where the
+# link has them (engine_allreduce.py), else as the ring; its bytes and hops counted as the ring's.
+# "engine" is vLLM's communicator since v0.11 (custom one-stage kernels, PyTorch symmetric memory,
+# NCCL); "custom" a custom AllReduce's one- and two-stage kernels, then NCCL (SGLang's default,
+# vLLM before v0.11, TensorRT-LLM's own kernels)
+ENGINE_ALGORITHMS = ("engine", "custom")
+ALGORITHMS = ("ring", "tree", "nvls") + ENGINE_ALGORITHMS
 
 BUS_FACTOR = {  # busbw / algbw as a function of n
     "allreduce": lambda n: 2 * (n - 1) / n,

@@ -1,13 +1,16 @@
-"""The serving engines' own TP AllReduce (collective algorithm "engine"), from the measured
-points in rooflinesim/data/engine_allreduce.json (see its notes): per link type and world
-size a line ``seconds = a + bytes / b`` through the fastest backend's times, which the caller
-caps at NCCL's price. None where the data has no such link or world size (NCCL's ring)."""
+"""The serving engines' own TP AllReduce (collective algorithms "engine" and "custom"), from
+the measured times in rooflinesim/data/engine_allreduce.json (see its notes): per link type,
+world size and algorithm, the fastest of the algorithm's backends at each measured size, a
+straight line between sizes; the caller caps it at NCCL's price. None where the data has no
+such link or world size (NCCL's ring)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 import numpy as np
+
+MiB = 2**20
 
 
 @lru_cache(maxsize=1)
@@ -18,35 +21,54 @@ def _data() -> dict:
     return json.loads((files("rooflinesim.data") / "engine_allreduce.json").read_text())
 
 
+def algorithms() -> tuple:
+    """The engine algorithms the data defines, each a set of backends."""
+    return tuple(_data()["algorithms"])
+
+
 @lru_cache(maxsize=64)
-def line(link: str, world_size: int) -> tuple[float, float] | None:
-    """(a in s, b in bytes/s) for ``world_size`` GPUs on ``link``, or None (the largest
-    tensor it applies to: ``max_bytes``)."""
-    sizes = _data()["links"].get(link)
-    if not sizes or str(world_size) not in sizes:
+def points(link: str, world_size: int, algorithm: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(bytes, seconds) at each measured size of ``world_size`` GPUs on ``link``: the
+    fastest of ``algorithm``'s backends there (a backend two tables give at one size: their
+    mean); None where the data has neither the link nor the world size."""
+    tables = [t for t in _data()["links"].get(link, {}).get("tables", ()) if t["world_size"] == world_size]
+    if not tables:
         return None
-    entry = sizes[str(world_size)]
-    x, t = (np.array(v, dtype=float) for v in zip(*entry["points"]))
-    if x.size > 1:
-        slope, a = np.polyfit(x, t, 1)
-        return float(a), float(1.0 / slope)
-    _, b = line(link, int(entry["bandwidth_from"]))
-    return float(t[0] - x[0] / b), b
+    wanted = _data()["algorithms"][algorithm]["backends"]
+    seen: dict = {}  # size -> backend -> times
+    for t in tables:
+        for size, *times in t["rows"]:
+            for backend, v in zip(t["columns"][1:], times):
+                if v is not None and backend in wanted:
+                    seen.setdefault(size, {}).setdefault(backend, []).append(v)
+    x = sorted(seen)
+    return np.array(x, dtype=float), np.array([min(np.mean(v) for v in seen[s].values()) for s in x])
 
 
-def max_bytes(link: str, world_size: int) -> float:
-    """The largest tensor the engine's own backends take at ``world_size`` (past it: NCCL)."""
-    return float(_data()["links"][link][str(world_size)]["max_bytes"])
+@lru_cache(maxsize=64)
+def bandwidth(link: str, world_size: int, algorithm: str) -> float:
+    """Bytes per second past the largest measured size: the slope of a least-squares line
+    through the points from 1 MiB on (a world size with one point: ``bandwidth_from``'s)."""
+    x, t = points(link, world_size, algorithm)
+    far = x >= MiB
+    if np.count_nonzero(far) < 2:
+        return bandwidth(link, int(_data()["links"][link]["bandwidth_from"][str(world_size)]), algorithm)
+    return float(1.0 / np.polyfit(x[far], t[far], 1)[0])
 
 
-def engine_allreduce_s(nbytes, world_size, link: str):
+def engine_allreduce_s(nbytes, world_size, link: str, algorithm: str = "engine"):
     """The engine's AllReduce time (s) of ``nbytes`` over ``world_size`` GPUs on ``link``
-    (arrays broadcast), inf where the data has none (the caller's NCCL price applies)."""
+    under ``algorithm`` (arrays broadcast): between measured sizes a straight line, below
+    them the smallest's time, past them the largest's plus the extra bytes at
+    ``bandwidth``; inf where the data has none (the caller's NCCL price applies)."""
     nbytes, n = np.broadcast_arrays(np.asarray(nbytes, dtype=float), np.asarray(world_size))
     out = np.full(nbytes.shape, np.inf)
     for w in np.unique(n):
-        fit = line(link, int(w))
-        if fit is not None:
-            at = (n == w) & (nbytes <= max_bytes(link, int(w)))
-            out[at] = fit[0] + nbytes[at] / fit[1]
+        measured = points(link, int(w), algorithm)
+        if measured is not None:
+            x, t = measured
+            at = n == w
+            b = nbytes[at]
+            out[at] = np.where(b > x[-1], t[-1] + (b - x[-1]) / bandwidth(link, int(w), algorithm),
+                               np.interp(b, x, t))
     return out if out.ndim else float(out)

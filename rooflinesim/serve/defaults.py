@@ -25,6 +25,9 @@ class EngineDefaults:
     serial_step_overhead_s: float = 0.0
     serial_source: str = "not measured for this engine without its overlap scheduler: none is added"
     prefix_caching: bool = False  # a prompt's shared prefix reused from the KV cache by default (schedulers/base.py)
+    # its TP AllReduce's backends (Deployment.allreduce; rooflinesim/data/engine_allreduce.json)
+    allreduce: str = "engine"
+    allreduce_source: str = "vLLM's communicator (the default engine's)"
 
     def host(self, overlap: bool) -> tuple[float, str]:
         """The host time per step and its source, run with ``overlap`` or without: an engine
@@ -59,6 +62,9 @@ ENGINES = {
             "stages): the gap between decode steps with the engine core's host work overlapped by its "
             "processes was 150-170 us (vllm-project/vllm PR 11133); without that overlap it measured 5-6 ms "
             "at batch 256 (issue 10634)"), prefix_caching=True,
+        allreduce_source=(
+            "vLLM's CudaCommunicator.all_reduce since v0.11.0 (PyTorch symmetric memory on by default, "
+            "vllm-project/vllm PR 24111); before it, --allreduce custom"),
         request_overhead_s=1.02e-2, request_overhead_source=(
             "vLLM's front end, the client's TTFT less the server's own (vllm:time_to_first_token_seconds, from "
             "the request's arrival in the engine): 8.4 and 12.0 ms in two runs of vllm bench serve's completions "
@@ -76,11 +82,18 @@ ENGINES = {
         6.1e-4, (
             "SGLang's decode loop without and with its overlap scheduler: 3,053.86 and 3,458.31 tokens/s at 16 "
             "running requests (Llama-3.1-8B, TP4; sgl-project/sglang PR 5608), 5.24 and 4.63 ms a step, so "
-            "0.61 ms of host time a step that the overlap hides"), prefix_caching=True),
+            "0.61 ms of host time a step that the overlap hides"), prefix_caching=True,
+        allreduce="custom", allreduce_source=(
+            "SGLang's GroupCoordinator.all_reduce (python/sglang/srt/distributed/parallel_state.py): its custom "
+            "AllReduce (ported from vLLM's), then pynccl; PyTorch symmetric memory only with "
+            "--enable-torch-symm-mem")),
     "trtllm": EngineDefaults(0.0, (
         "TensorRT-LLM's overlap scheduler (on by default since PR 4174) runs the host work of a step while "
         "the GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler); a request arriving "
-        "during a step is scheduled a step later"), True),
+        "during a step is scheduled a step later"), True, allreduce="custom", allreduce_source=(
+            "TensorRT-LLM's AllReduce (tensorrt_llm/_torch/distributed/ops.py, strategy AUTO): its own one-shot "
+            "and two-shot kernels, then NCCL; priced as vLLM's custom AllReduce (kernels of the same two "
+            "kinds) as measured")),
     "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
     "hf": EngineDefaults(0.0, (
         "Hugging Face transformers' generate() on static batches: each step is predict model "

@@ -135,7 +135,7 @@ def _setup(c: Candidate, job: dict):
 
     spec = load_spec(c.gpu)
     return load_config(job["model"]), spec, resolve_profile(spec, None), Deployment(
-        tp=c.tp, ep=c.ep, pp=c.pp, weights=c.weights, kv_cache=c.kv_dtype)
+        tp=c.tp, ep=c.ep, pp=c.pp, weights=c.weights, kv_cache=c.kv_dtype, allreduce=job.get("allreduce", "engine"))
 
 
 def _limits(engine: str, model, spec, kv_default: int, job: dict) -> tuple[list, tuple]:
@@ -293,7 +293,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
          pp: list | None = None, min_probability: float | None = None, pd: bool = False, progress=None,
          on_start=None, request_overhead_s: float | None = None, eager_prefill: bool = False,
          max_model_len: int | None = None, disable_cascade_attn: bool = False,
-         cuda_graph_max_bs: int | None = None) -> dict:
+         cuda_graph_max_bs: int | None = None, allreduce: str | None = None) -> dict:
     """The search of the module's notes: the cheapest configuration that meets the SLOs,
     the runners-up, the cost-latency Pareto front of those found, each replica type's
     verdict, and how many configurations each step settled. GPUs with no fitted profile
@@ -307,7 +307,8 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     KV cache holds where that is shorter (the launch flag ``--max-model-len`` reported with it).
     ``disable_cascade_attn``: vLLM's flag, as serve's. ``cuda_graph_max_bs`` (sglang): its
     largest decode batch from a CUDA graph, as serve's (None: its default for each GPU and
-    TP; the bounds leave the host out, so they stay below runs past it)."""
+    TP; the bounds leave the host out, so they stay below runs past it). ``allreduce``: the
+    TP AllReduce's backends (Deployment.allreduce; None: the engine's)."""
     from ..models.config import load_config
     from .defaults import ENGINES, check_engine_flags
 
@@ -352,6 +353,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
                                        else request_overhead_s),
            "eager_prefill": bool(eager_prefill), "max_model_len": max_model_len,
            "disable_cascade_attn": bool(disable_cascade_attn), "cuda_graph_max_bs": cuda_graph_max_bs,
+           "allreduce": allreduce or ENGINES[engine].allreduce,
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
@@ -522,7 +524,7 @@ def _search(model, cands, skipped, job, prices, samples, workers, tick, on_start
             "workload": job["workload"],
             "engine": job["engine"], "request_overhead_s": job.get("request_overhead_s", 0.0),
             "max_model_len": job.get("max_model_len"),
-            "eager_prefill": job.get("eager_prefill", False),
+            "eager_prefill": job.get("eager_prefill", False), "allreduce": job.get("allreduce", "engine"),
             **({"disable_cascade_attn": job.get("disable_cascade_attn", False)} if job["engine"] == "vllm" else {}),
             **({"cuda_graph_max_bs": job.get("cuda_graph_max_bs")} if job["engine"] == "sglang" else {}),
             "pd": job.get("pd", False), "candidates": len(cands), "configurations": total,
