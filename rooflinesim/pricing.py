@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from .errors import UserError
-from .ops.collectives import ENGINE_ALGORITHMS
 from .timing import Timing, _bound, _intensity, _is_zero, _scaled, corner, logistic, math_flops, sfu_rate
 from .work import Work
 
@@ -383,6 +382,8 @@ class PricedCollectives(_EndToEnd):
         if any(cp.fill_latency_s for cp in cps):
             size = lay([np.asarray(op.bytes, dtype=float) for op in ops])
             link = link - lay([cp.fill_latency_s for cp in cps]) * np.expm1(size / -lay([cp.fill_bytes for cp in cps]))
+        from .ops.collectives import ENGINE_ALGORITHMS  # (loaded with the ops priced here)
+
         if any(op.algorithm in ENGINE_ALGORITHMS for op in ops):  # (the engine's own, where faster)
             from .ops.engine_allreduce import engine_allreduce_s
 

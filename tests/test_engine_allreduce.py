@@ -48,6 +48,9 @@ def test_the_algorithms_are_named_alike_everywhere():
     assert set(algorithms()) == set(ENGINE_ALGORITHMS) == set(ALLREDUCE)
     option = next(p for p in cli.commands["predict"].commands["allreduce"].params if p.name == "algorithm")
     assert tuple(option.type.choices) == ALGORITHMS
+    for command in (cli.commands["serve"], cli.commands["plan"], cli.commands["predict"].commands["model"]):
+        option = next(p for p in command.params if p.name == "allreduce")
+        assert tuple(option.type.choices) == ALLREDUCE
 
 
 @pytest.mark.parametrize("algorithm", ENGINE_ALGORITHMS)
