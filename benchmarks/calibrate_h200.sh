@@ -79,6 +79,11 @@
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
+#   MLA decode:       calib-mla.jsonl (FlashMLA, the engines' MLA decode kernel on Hopper, over
+#                     8-128 query heads, batches 1-256 and caches to 65,536 tokens; it fits the
+#                     key flashmla) and holdout-mla.jsonl (random shapes off that grid), both
+#                     measured by benchmarks/measure_mla.sh; the held-out file looked at once
+#                     after the fit (logs/holdout-mla-once.txt; the last command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
@@ -105,3 +110,4 @@ python benchmarks/hf_check.py
 python benchmarks/hf_check.py "$d"/hf-untouched-{phi4,dsv2lite,llama,dynamic}.jsonl --rows --engine
 python benchmarks/hf_check.py "$d"/hf-untouched2-{dsv3,mistral01,qwen3moe,llama70,qwen72,mixtral22}.jsonl --rows --engine
 python benchmarks/hf_check.py "$d"/hf-untouched3-*.jsonl --rows --engine
+rooflinesim validate "$d"/holdout-mla.jsonl --gpu h200-sxm --worst 8 --by backend

@@ -99,6 +99,21 @@ def from_record(name) -> dict:
     return {}
 
 
-def kernel_of(op, spec) -> AttentionKernel:
-    """The kernel an Attention op runs on ``spec``'s GPU."""
+def kernel_of(op, spec, profile=None) -> AttentionKernel:
+    """The kernel an Attention op runs on ``spec``'s GPU: MLA's latent decode, with no class
+    or backend named, the architecture's MLA decode kernel where it has one (and, given a
+    ``profile``, where that profile has the kernel's parameters: else the GPU's default
+    kernel prices it, as before the kernel was measured)."""
+    if op.latent and op.variant is None and op.backend is None:
+        mla = mla_decode_backend(spec)
+        if mla is not None and (profile is None or profile.find("attention", mla) is not None):
+            k = resolve(None, mla, spec)
+            return AttentionKernel(k.variant, k.backend, f"{k.label}; the engines' MLA decode on "
+                                   f"{getattr(spec, 'architecture', '')}", True)
     return resolve(op.variant, op.backend, spec)
+
+
+def mla_decode_backend(spec) -> str | None:
+    """The kernel ``spec``'s architecture runs MLA's latent decode with (None: its default class)."""
+    arch = _table()["architectures"].get(getattr(spec, "architecture", "") or "")
+    return (arch or {}).get("mla_decode")

@@ -142,3 +142,46 @@ def test_outputs_name_the_kernel():
     assert out.startswith("fa3 attention (cuDNN")
     code, out, err = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "l4", "--context", "4096", "--json"])
     assert json.loads(out)["attention_kernel"]["class"] == "fa2"
+
+
+def _latent_decode(**kw):
+    """DeepSeek-V3's absorbed decode at TP 8 as the cost model writes it (models/kernels.py)."""
+    return Attention(batch=kw.pop("batch", 32), heads=32, kv_heads=1, seq_q=1, seq_kv=kw.pop("seq_kv", 8192),
+                     head_dim=288, causal=True, latent=True, **kw)
+
+
+@pytest.mark.parametrize("name", spec_names())
+def test_mla_decode_runs_the_architectures_own_kernel(name):
+    """MLA's latent decode runs FlashMLA on Hopper (what vLLM and SGLang run there); an
+    architecture without an MLA kernel in the table prices it as its default class; a class
+    the user names wins."""
+    from dataclasses import replace
+
+    from rooflinesim.attention_kernels import kernel_of
+
+    spec = load_spec(name)
+    kernel = kernel_of(_latent_decode(), spec)
+    if spec.architecture == "hopper":
+        assert (kernel.backend, kernel.variant) == ("flashmla", "fa3") and "FlashMLA" in kernel.label
+    else:
+        assert kernel.backend == resolve(None, None, spec).backend
+    if spec.architecture in HOPPER_LIKE:
+        assert kernel_of(replace(_latent_decode(), variant="fa2"), spec).backend == "sdpa-flash"
+    # the same shape without the flag is plain MQA: the GPU's default class
+    assert kernel_of(replace(_latent_decode(), latent=False), spec).backend == resolve(None, None, spec).backend
+
+
+def test_mla_decode_without_the_kernels_parameters_is_priced_as_before():
+    """A profile with no FlashMLA parameters (one fitted without the mla suite) prices MLA's
+    latent decode with the GPU's default decode kernel, as the plain MQA it is written as."""
+    from dataclasses import replace
+
+    from rooflinesim.attention_kernels import kernel_of
+
+    spec = load_spec("h200")
+    prof = resolve_profile(spec, None).model_copy(deep=True)
+    prof.kernels["attention"].pop("flashmla", None)
+    op = _latent_decode()
+    assert kernel_of(op, spec, prof).backend == "sdpa-cudnn"
+    assert predict(op, spec, prof).latency_s == pytest.approx(
+        predict(replace(op, latent=False), spec, prof).latency_s, rel=1e-12)

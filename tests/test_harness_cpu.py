@@ -200,6 +200,21 @@ def test_suites_are_deterministic_and_within_their_caps():
                                         "decoder_layer", "allreduce", "alltoall"}
 
 
+def test_mla_suites_write_flashmla_as_the_models_mqa():
+    """FlashMLA's cases are the MQA the cost model prices MLA decode as: twice the query
+    heads over one KV head of 288 (half the 576-wide latent key), one query token; the
+    held-out shapes are off the calibration grid."""
+    grid, held = suites.suite_cases("mla"), suites.suite_cases("mla-holdout")
+    assert len(grid) > 200 and len(held) == 80
+    for c in grid + held:
+        assert c["backend"] == "flashmla" and c["heads"] == 2 * c["query_heads"]
+        assert (c["kv_heads"], c["seq_q"], c["head_dim"]) == (1, 1, 288)
+        assert c["query_heads"] in suites.MLA_QUERY_HEADS
+        assert 2 * c["batch"] * c["seq_kv"] * 288 * 2 <= suites.KV_MAX_BYTES
+    shape = lambda c: (c["batch"], c["heads"], c["seq_kv"])  # noqa: E731
+    assert len({shape(c) for c in held} & {shape(c) for c in grid}) <= 2
+
+
 # ------------------------------------------------- CUDA timer against a stand-in
 
 class _FakeCuda:

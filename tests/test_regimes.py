@@ -2,6 +2,8 @@
 of the keys, cuBLAS's kernels for misaligned strides, cuDNN's decode kernel, and the
 per-regime pricing of arrays."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -187,6 +189,35 @@ def test_flash_split_pays_its_combine_per_split():
     full = Attention(batch=64, heads=32, kv_heads=8, seq_q=1, seq_kv=4096, head_dim=128,
                      causal=False, backend="sdpa-flash")  # fills the GPU: no split
     assert predict(full, H200, comb).latency_s == pytest.approx(predict(full, H200, plain).latency_s, rel=1e-12)
+
+
+def test_flashmla_follows_its_schedulers_payload():
+    """FlashMLA shares every sequence's 64-key blocks, plus 5 blocks a sequence, over
+    sms / query tiles parts; its time follows a part's payload (at least 10 blocks), and a
+    sequence cut over parts adds the combine's walk over its pieces."""
+    base = dict(compute_efficiency=0.6, memory_efficiency=0.9, launch_s=4e-6, tile_m=128, wave_quantization=False,
+                split_kv="flashmla", key_block_s=1e-6, reread_share=0.25)
+    prof = Profile(kind="fitted", kernels={"attention": {"flashmla": AttentionParams(**base, combine_split_s=5e-7)}})
+
+    def mla(batch, query_heads, keys):
+        return Attention(batch=batch, heads=2 * query_heads, kv_heads=1, seq_q=1, seq_kv=keys, head_dim=288,
+                         causal=False, backend="flashmla")
+
+    sms = H200.chip.sm_count
+    big = predict(mla(128, 16, 32768), H200, prof)  # 512 blocks a sequence over 132 parts: a part's
+    assert big.losses["payload_blocks"] == math.ceil(128 * (512 + 5) / sms) + 5  # 502 + 5, so each is cut in two
+    assert big.losses["combine_s"] == pytest.approx(2 * 5e-7) and big.losses["kv_rereads"] == 1.0
+    many = predict(mla(512, 16, 512), H200, prof)  # 8 blocks a sequence: a part's payload holds several
+    assert many.losses["payload_blocks"] == math.ceil(512 * 13 / sms) + 5 and many.losses["combine_s"] == 0
+    one = predict(mla(1, 16, 32768), H200, prof)  # one sequence: the least payload, cut in 103 pieces
+    assert one.losses["payload_blocks"] == 10
+    assert one.losses["combine_s"] == pytest.approx(math.ceil(512 / 5) * 5e-7)
+    assert predict(mla(1, 16, 320), H200, prof).losses["combine_s"] == 0  # (5 blocks: fits one part)
+    # 128 heads: two query tiles, half the parts, the second tile's re-read a quarter from HBM
+    wide = predict(mla(128, 128, 32768), H200, prof)
+    assert wide.losses["kv_rereads"] == pytest.approx(1.25)
+    assert wide.losses["payload_blocks"] == math.ceil(128 * 517 / (sms // 2)) + 5
+    assert wide.latency_s > big.latency_s
 
 
 def test_cudnn_decode_splits_only_long_caches_and_then_runs_a_reduction():

@@ -73,6 +73,12 @@ ATTENTION_FIXED = {
     "sdpa-cudnn:decode_wide": {"tile_m": 16, "head_dim_tile": 64, "wave_quantization": True,
                                "split_kv_max_query": 1, **_DECODE},
     "sdpa-efficient": {"tile_m": 64, "wave_quantization": True, **_NO_SPLIT},
+    # FlashMLA: 64 query heads a block (128 rows of the cost model's MQA, twice the heads),
+    # reading the latent cache once per block; its scheduler shares every sequence's key
+    # blocks out over parts that fill the SMs, however short the cache; no causal diagonal
+    "flashmla": {"tile_m": 128, "wave_quantization": False, "split_kv": "flashmla", "split_kv_max_query": 1,
+                 "causal_overhead": 0.0, "seq_overhead": 0.0, "critical_path": 0.0, "walk_dim": 0.0,
+                 "block_s": 0.0, "unsplit_memory_efficiency": 1.0},
     "sdpa-efficient:wide": {"tile_m": 32, "wave_quantization": True, **_NO_SPLIT},
     "sdpa-flash:causal_split": {"tile_m": 64, "wave_quantization": True, "split_kv": "fa2",
                                 "split_kv_max_query": 1 << 30},
@@ -82,7 +88,8 @@ ATTENTION_FIXED = {
 
 # costs of one backend's kernels (and of its regimes'): FlashAttention-2's combine walks
 # its splits; the CUTLASS kernel's critical path pays a fixed cost per block of keys
-ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_block_s",)}
+ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_block_s",),
+                  "flashmla": ("key_block_s", "combine_split_s", "reread_share")}
 
 # regimes with few measurements start from their backend's fitted parameters and fit these
 REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
@@ -222,11 +229,12 @@ def _groups(meas: Measurements, spec) -> list[Group]:
     for be in seen("attention", lambda r: kernel(r) or ""):
         if not be:
             continue  # (records that cannot be predicted)
-        free = attention_free + ATTENTION_FREE.get(be, ())
+        own = ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])
+        free = tuple(f for f in attention_free + ATTENTION_FREE.get(be, ()) if f not in own)
         out.append(Group(f"attention/{be}", "attention", be,
                          lambda r, be=be: r["op"] == "attention"
                          and kernel(r) == be and regime(r) == "",
-                         free, fixed=ATTENTION_FIXED.get(be, ATTENTION_FIXED[None])))
+                         free, fixed=own))
         for name, _ in ATTENTION_REGIMES.get(be, ()):
             fixed = ATTENTION_FIXED[f"{be}:{name}"]
             few = REGIME_FREE.get(f"{be}:{name}")  # (few records: the backend's fit, and a few more)

@@ -219,9 +219,15 @@ class AttentionParams(RooflineParams):
     split_kv_min_keys: float = Field(0.0, ge=0, description=(
         "attention, 'fill' splits: the kernel splits the keys only of caches longer than "
         "this (cuDNN's decode kernel: 512, seen in its kernel counts)"))
-    split_kv: Literal["fill", "fa2"] = Field("fill", description=(
+    split_kv: Literal["fill", "fa2", "flashmla"] = Field("fill", description=(
         "attention: how short queries split the keys: 'fill' splits until the SMs are "
-        "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts)"))
+        "full; 'fa2' follows FlashAttention-2's heuristic (wave efficiency, eligible counts); "
+        "'flashmla' shares every sequence's key blocks out evenly over the SMs, as FlashMLA's "
+        "scheduler does (rules/attention.py)"))
+    reread_share: float = Field(1.0, ge=0, le=1.0, description=(
+        "attention: share of a decode group's re-reads of its KV cache (blocks of the same "
+        "group's other query tiles) that reach HBM; the rest are served by the L2"),
+        json_schema_extra=_fit(0.5, 0.0, 1.0, 0.1, unit="1"))
     seq_overhead: float = Field(0.0, ge=0, description="attention: per-query-block fill, in keys",
         json_schema_extra=_fit(128.0, 1.0, 16384.0, 64.0, log=True, unit="keys"))
 

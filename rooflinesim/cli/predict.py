@@ -27,7 +27,7 @@ def _report(op, gpu, spec_files, profile, as_json, title, eager=False, facts=Non
     if op.family == "attention":  # which kernel runs it on this GPU
         from ..attention_kernels import kernel_of
 
-        kernel = kernel_of(op, spec)
+        kernel = kernel_of(op, spec, prof)
         title = title.format(kernel=kernel.describe())
         extra = {"kernel": {"class": kernel.variant, "backend": kernel.backend, "label": kernel.label}}
     t = predict_op(op, spec, prof, eager=eager)

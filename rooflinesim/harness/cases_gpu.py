@@ -135,6 +135,8 @@ def build_attention(torch, c, device, sets):
 
     b, h, kv, sq, skv, d = (c[x] for x in ("batch", "heads", "kv_heads", "seq_q", "seq_kv",
                                            "head_dim"))
+    if c["backend"] == "flashmla":
+        return build_flashmla(torch, c, device, sets)
     if kv < 1 or h % kv:
         raise ValueError(f"heads={h} is not a multiple of kv_heads={kv}")
     if c["causal"] and sq != skv:
@@ -153,6 +155,53 @@ def build_attention(torch, c, device, sets):
         j = i % sets
         return sdpa(q[j], k[j], v[j], **kwargs)
     return Built(fn, context=sdpa_kernel([enum]))
+
+
+MLA_PAGE = 64  # FlashMLA's cache block (tokens)
+MLA_VALUE_DIM = 512
+
+
+def build_flashmla(torch, c, device, sets):
+    """FlashMLA's decode (suites.mla_decode: ``heads`` is twice the query heads, ``head_dim``
+    half the 576-wide latent key) over a paged cache whose blocks are scattered, as an
+    engine's are; its scheduling metadata made once, as an engine makes it once a step for
+    every layer. Checked on its first set against attention computed in float32 over the
+    first sequences."""
+    try:
+        from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+    except ImportError:
+        raise ValueError("the flashmla backend needs FlashMLA's extension on PYTHONPATH "
+                         "(benchmarks/flashmla_build.py builds it)") from None
+    b, h2, kv, sq, skv, d = (c[x] for x in ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim"))
+    if kv != 1 or sq != 1 or h2 % 2 or 2 * d != 576:
+        raise ValueError("a flashmla case is one query token over one latent KV head of 576 "
+                         "(heads = 2 x query heads, head_dim = 288)")
+    hq, dk = h2 // 2, 2 * d
+    pages = -(-skv // MLA_PAGE)
+    lens = torch.full((b,), skv, dtype=torch.int32, device=device)
+    meta, splits = get_mla_metadata(lens, hq, 1)
+    data = []
+    for _ in range(sets):
+        cache = randn(torch, (b * pages, MLA_PAGE, 1, dk), "bf16", device)
+        table = torch.randperm(b * pages, device=device).to(torch.int32).view(b, pages)
+        data.append((randn(torch, (b, 1, hq, dk), "bf16", device), cache, table))
+
+    def fn(i):
+        q, cache, table = data[i % sets]
+        return flash_mla_with_kvcache(q, cache, table, lens, MLA_VALUE_DIM, meta, splits, causal=True)[0]
+
+    q, cache, table = data[0]
+    out = fn(0)
+    errs = []
+    for i in range(min(b, 2)):
+        keys = cache[table[i].long()].reshape(-1, dk)[:skv].float()
+        p = torch.softmax(q[i, 0].float() @ keys.t() * dk ** -0.5, dim=-1)
+        ref = p @ keys[:, :MLA_VALUE_DIM]
+        errs.append(float((out[i, 0].float() - ref).norm() / ref.norm()))
+    if not max(errs) < 2e-2:
+        raise RuntimeError(f"FlashMLA disagrees with float32 attention at {c} (relative error {max(errs):.3g})")
+    return Built(fn, extra={"query_heads": hq, "page_size": MLA_PAGE, "check_rel_error": max(errs),
+                            "sm_parts": int(meta.shape[0])})
 
 
 def sdpa_choice(torch, q, k, v, is_causal, enable_gqa):

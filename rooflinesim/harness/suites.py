@@ -532,6 +532,45 @@ ADD_NORM_WIDTHS = (2048, 3072, 4096, 5120, 8192, 12288, 16384)
 ADD_NORM_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
+# MLA decode (DeepSeek-V2/V3/R1, Kimi-K2): the engines' kernel on Hopper is FlashMLA
+# (benchmarks/flashmla_build.py), a paged cache of 64-token blocks holding one latent KV
+# head of 576 (the 512-wide latent and 64 rope dims), values its first 512. A case is
+# written as the MQA the cost model prices MLA decode as (models/kernels.py, _mla): 2 x the
+# query heads over one KV head of half the key's width, which has the kernel's bytes
+# exactly and its FLOPs within 6% (2 x heads x keys x 1,152 against 1,088).
+MLA_KEY_DIM = 576
+MLA_QUERY_HEADS = (8, 16, 32, 64, 128)  # (DeepSeek-V3's 128 heads at TP 16, 8, 4, 2, 1)
+
+
+def mla_decode(batch, query_heads, seq_kv):
+    c = attention(batch, 2 * query_heads, 1, 1, seq_kv, MLA_KEY_DIM // 2, False, "bf16", "flashmla")
+    c["query_heads"] = query_heads
+    return c
+
+
+def _mla_fits(batch, seq_kv):
+    return _kv_bytes(batch, 1, seq_kv, MLA_KEY_DIM // 2) <= KV_MAX_BYTES
+
+
+def mla_suite():
+    """The calibration grid of FlashMLA's decode: each head count, batches 1-256, caches of
+    128 to 65,536 tokens (the largest batches last)."""
+    return [mla_decode(b, h, s) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+            for s in (128, 512, 2048, 4096, 8192, 32768, 65536) for h in MLA_QUERY_HEADS if _mla_fits(b, s)]
+
+
+def mla_holdout_suite(seed=57149, count=80):
+    """Random MLA decode shapes off the calibration grid: any of its head counts, batches
+    1-512 and caches of 64-131,072 tokens, log-uniform."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < count:
+        b, s = _log_uniform(rng, 1, 512), _log_uniform(rng, 64, 131072)
+        if _mla_fits(b, s):
+            cases.append(mla_decode(b, rng.choice(MLA_QUERY_HEADS), s))
+    return cases
+
+
 def add_rmsnorm_suite():
     """Calibration: the engines' fused residual add and RMSNorm at ADD_NORM_WIDTHS x ADD_NORM_ROWS."""
     return [add_rmsnorm(t, hd) for hd in ADD_NORM_WIDTHS for t in ADD_NORM_ROWS
@@ -847,6 +886,8 @@ _SUITES = {
     "holdout17": lambda: holdout_suite(seed=40127, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "holdout18": lambda: holdout_suite(seed=71993, gemm_dtypes=GEMM_DTYPE_MIX_FP32),
     "cpu-tiny": cpu_tiny_suite,
+    "mla": mla_suite,
+    "mla-holdout": mla_holdout_suite,
 }
 FULL_PARTS = ("gemm", "attention", "moe", "memory", "decoder", "collectives")
 SUITE_NAMES = tuple(_SUITES) + ("full",)

@@ -36,6 +36,7 @@ BACKEND_VARIANT = {
     "sdpa-cudnn": "fa3",  # cuDNN's fused kernel is FlashAttention-3-class on Hopper
     "sdpa-flash": "fa2",  # PyTorch's flash backend is FlashAttention-2
     "sdpa-efficient": "fa2",  # memory-efficient (xformers-style) kernel, FA2-like
+    "flashmla": "fa3",  # FlashMLA, MLA's latent decode (warp-specialized, softmax overlapped)
     "fa3": "fa3",
     "fa2": "fa2",
     "naive": "naive",
@@ -69,6 +70,9 @@ class Attention(Op):
     backend: str | None = None  # a measured implementation, e.g. "sdpa-cudnn"
     page_size: Any = None  # paged KV: each sequence's KV rounded up to whole pages
     name: str = ""
+    # MLA's absorbed decode (one latent KV head): where the GPU's engines run a kernel of
+    # their own for it (attention_kernels: FlashMLA on Hopper), that kernel prices it
+    latent: bool = False
 
     family: ClassVar[str] = "attention"
 

@@ -80,7 +80,7 @@ def _fa2_causal_split(op: Attention, sms):
 def _attention_choice(op: Attention, spec, profile) -> list:
     """(mask, parameters) of each kernel regime of the kernel the op runs on the GPU."""
     _require(spec, op.math_rate, f"{op.dtype} attention")
-    kernel = kernel_of(op, spec)
+    kernel = kernel_of(op, spec, profile)
     # a profile without the kernel's own parameters takes its class's measured backend
     keys = (kernel.backend, kernel.variant, *VARIANT_BACKENDS.get(kernel.variant, ()))
     return [(mask, profile.params("attention", f"{kernel.backend}:{name}" if name else "", *keys))
@@ -125,7 +125,44 @@ def _attention_time(op: Attention, spec, p) -> Timing:
     return price_one(_attention_terms(op, spec, p), spec)
 
 
+# FlashMLA's scheduler (deepseek-ai/FlashMLA, csrc/kernels/get_mla_metadata.cu and config.h):
+# keys in blocks of 64; each sequence costs 5 blocks' time more (its setup and output); a
+# part of the GPU (one thread block per 64 query heads) takes an even share of all of it
+MLA_KEY_BLOCK = 64
+MLA_OVERHEAD_BLOCKS = 5
+
+
+def _flashmla_terms(op: Attention, spec, p) -> KernelTerms:
+    """FlashMLA's decode: every sequence's key blocks (plus its fixed overhead) shared out
+    over sms / query tiles parts; the kernel takes as long as a part's payload (at least
+    ten blocks), each block a fixed latency (``key_block_s``) that joins the roofline of
+    the real work; a query tile past the first re-reads the cache, ``reread_share`` of it
+    from HBM; a sequence cut over several parts is merged by a combine kernel that walks
+    its pieces (``combine_split_s`` each)."""
+    sms = spec.chip.sm_count
+    one, group_rows, heads = _packed_rows(op)
+    tile = max(p.tile_m, 1) if _plain(p.tile_m) else np.maximum(p.tile_m, 1.0)
+    tiles = np.ceil(group_rows / tile)
+    parts = np.maximum(np.floor(sms / (np.asarray(op.kvh) * tiles)), 1.0)
+    blocks = np.ceil(np.asarray(op.seq_kv) / MLA_KEY_BLOCK)
+    payload = np.maximum(np.ceil(np.asarray(op.batch) * (blocks + MLA_OVERHEAD_BLOCKS) / parts)
+                         + MLA_OVERHEAD_BLOCKS, 2 * MLA_OVERHEAD_BLOCKS)
+    pieces = np.where(blocks + MLA_OVERHEAD_BLOCKS > payload,
+                      np.ceil(blocks / np.maximum(payload - MLA_OVERHEAD_BLOCKS, 1.0)), 1.0)
+    pad = np.ceil(group_rows / tile) * tile / group_rows  # (a tile computes all its rows, real or not)
+    rereads = 1.0 + (tiles - 1.0) * p.reread_share
+    extra = payload * p.key_block_s
+    fixed = np.where(pieces > 1, pieces * p.combine_split_s, 0.0)
+    losses = {"query_padding": pad, "kv_rereads": rereads, "payload_blocks": payload, "key_blocks_s": extra,
+              "combine_s": fixed}
+    overlap = 1.0 if p.softmax_overlap is None else p.softmax_overlap
+    return KernelTerms(op.work(), p, compute_scale=pad, memory_scale=rereads, overlap_aux=overlap, losses=losses,
+                       extra_s=extra, kernels=np.where(pieces > 1, 2.0, 1.0), fixed_s=fixed)
+
+
 def _attention_terms(op: Attention, spec, p) -> KernelTerms:
+    if p.split_kv == "flashmla":
+        return _flashmla_terms(op, spec, p)
     scale, losses, extra, memory_scale = 1.0, {}, 0.0, 1.0
     sms = spec.chip.sm_count
     seq_q = np.asarray(op.seq_q)

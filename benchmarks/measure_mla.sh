@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# How calib-mla.jsonl and holdout-mla.jsonl in benchmarks/measurements/<gpu>/ were measured:
+# FlashMLA's decode kernel (the engines' MLA attention on Hopper), built from source on the
+# GPU's machine (benchmarks/flashmla_build.py: deepseek-ai/FlashMLA at 9edee0c with CUTLASS
+# e94e888's include/), then the harness's suites mla (the calibration grid) and mla-holdout
+# (random shapes off the grid, from a seed the grid never uses) in graph mode. The fit reads
+# calib-mla.jsonl (benchmarks/calibrate_h200.sh); holdout-mla.jsonl is looked at once after it:
+#   rooflinesim validate benchmarks/measurements/h200-sxm/holdout-mla.jsonl --gpu h200-sxm --by backend
+#
+#   benchmarks/measure_mla.sh FLASHMLA_SRC OUTDIR
+#
+# About seven minutes of machine time (two of them the build). Files resume: a suite its
+# budget cut short goes on where it stopped when run again.
+set -u
+src=${1:?FlashMLA source directory}
+out=${2:?output directory}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+log="$out/log-mla.txt"
+build=${FLASHMLA_BUILD:-/tmp/flashmla-build}
+{ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit,driver_version --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+  nvcc --version | tail -1; } >>"$log" 2>&1
+python3 benchmarks/flashmla_build.py --src "$src" --out "$build" >>"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+export PYTHONPATH="$build${PYTHONPATH:+:$PYTHONPATH}"
+run1() {  # run1 FILE BUDGET SUITE
+  timeout $(( $2 + 60 )) python3 -m rooflinesim.harness run --suite "$3" --mode graph \
+    --out "$out/$1" --time-budget "$2" >>"$log" 2>&1
+  echo "$(date -u +%FT%TZ) $3 done: $(wc -l <"$out/$1") lines" >>"$log"
+}
+run1 holdout-mla.jsonl 60 mla-holdout
+run1 calib-mla.jsonl 170 mla
+tail -4 "$log"
