@@ -6,7 +6,12 @@
 FLASHMLA_DIR is a checkout of deepseek-ai/FlashMLA at commit 9edee0c (2025-04-29: the
 kernel of its 2025-04-22 performance update, the one vLLM and SGLang vendored through
 2025) with NVIDIA/cutlass's ``include/`` at the submodule's commit e94e888 (CUTLASS 3.9) in
-``csrc/cutlass/include``. The flags are FlashMLA's setup.py's (sm_90a, fast math, C++17).
+``csrc/cutlass/include``, which is what
+
+    git clone https://github.com/deepseek-ai/FlashMLA && git -C FlashMLA checkout 9edee0c
+    git -C FlashMLA submodule update --init csrc/cutlass
+
+gives (the GPU's machine needs only the files: copy the directory there). The flags are FlashMLA's setup.py's (sm_90a, fast math, C++17).
 BUILD_DIR then holds ``flash_mla_cuda`` (the compiled module) and FlashMLA's ``flash_mla``
 Python package: put it on PYTHONPATH for ``python -m rooflinesim.harness``. Needs nvcc,
 ninja and a Hopper GPU's toolchain (sm_90a); a few minutes on 16 cores.
