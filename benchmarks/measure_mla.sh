@@ -9,7 +9,7 @@
 #
 #   benchmarks/measure_mla.sh FLASHMLA_SRC OUTDIR
 #
-# About seven minutes of machine time (two of them the build). Files resume: a suite its
+# About six minutes of machine time (two of them the build). Files resume: a suite its
 # budget cut short goes on where it stopped when run again.
 set -u
 src=${1:?FlashMLA source directory}
@@ -28,6 +28,6 @@ run1() {  # run1 FILE BUDGET SUITE
     --out "$out/$1" --time-budget "$2" >>"$log" 2>&1
   echo "$(date -u +%FT%TZ) $3 done: $(wc -l <"$out/$1") lines" >>"$log"
 }
-run1 holdout-mla.jsonl 60 mla-holdout
-run1 calib-mla.jsonl 170 mla
+run1 holdout-mla.jsonl 50 mla-holdout
+run1 calib-mla.jsonl 140 mla
 tail -4 "$log"
