@@ -29,5 +29,5 @@ run1() {  # run1 FILE BUDGET SUITE
   echo "$(date -u +%FT%TZ) $3 done: $(wc -l <"$out/$1") lines" >>"$log"
 }
 run1 holdout-mla.jsonl 50 mla-holdout
-run1 calib-mla.jsonl 140 mla
+run1 calib-mla.jsonl 120 mla
 tail -4 "$log"
