@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# How calib-mla.jsonl and holdout-mla.jsonl in benchmarks/measurements/<gpu>/ were measured:
-# FlashMLA's decode kernel (the engines' MLA attention on Hopper), built from source on the
-# GPU's machine (benchmarks/flashmla_build.py: deepseek-ai/FlashMLA at 9edee0c with CUTLASS
-# e94e888's include/), then the harness's suites mla (the calibration grid) and mla-holdout
-# (random shapes off the grid, from a seed the grid never uses) in graph mode. The fit reads
-# calib-mla.jsonl (benchmarks/calibrate_h200.sh); holdout-mla.jsonl is looked at once after it:
+# The harness's MLA decode suites on the GPU this runs on: FlashMLA's decode kernel (the
+# engines' MLA attention on Hopper), built from source on the GPU's machine
+# (benchmarks/flashmla_build.py: deepseek-ai/FlashMLA at 9edee0c with CUTLASS e94e888's
+# include/), then the suites mla (the calibration grid: 8-128 query heads, batches 1-256,
+# caches to 65,536 tokens) into calib-mla.jsonl and mla-holdout (random shapes off the grid,
+# from a seed the grid never uses) into holdout-mla.jsonl, in graph mode. On an H200 they are
+# what benchmarks/calibrate_h200.sh's fit reads (calib-*.jsonl) in place of the H100 probe's
+# key (benchmarks/flashmla_probe.py), the held-out file looked at once after it:
 #   rooflinesim validate benchmarks/measurements/h200-sxm/holdout-mla.jsonl --gpu h200-sxm --by backend
 #
-#   benchmarks/measure_mla.sh FLASHMLA_SRC OUTDIR
+#   benchmarks/measure_mla.sh FLASHMLA_SRC OUTDIR [holdout]
+#
+# With "holdout", the held-out suite alone (about four minutes).
 #
 # About six minutes of machine time (two of them the build). Files resume: a suite its
 # budget cut short goes on where it stopped when run again.
 set -u
 src=${1:?FlashMLA source directory}
 out=${2:?output directory}
+only=${3:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 log="$out/log-mla.txt"
@@ -29,5 +34,5 @@ run1() {  # run1 FILE BUDGET SUITE
   echo "$(date -u +%FT%TZ) $3 done: $(wc -l <"$out/$1") lines" >>"$log"
 }
 run1 holdout-mla.jsonl 50 mla-holdout
-run1 calib-mla.jsonl 120 mla
+[ "$only" = holdout ] || run1 calib-mla.jsonl 120 mla
 tail -4 "$log"

@@ -185,3 +185,21 @@ def test_mla_decode_without_the_kernels_parameters_is_priced_as_before():
     assert kernel_of(op, spec, prof).backend == "sdpa-cudnn"
     assert predict(op, spec, prof).latency_s == pytest.approx(
         predict(replace(op, latent=False), spec, prof).latency_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_mla_decode_on_hopper_is_near_its_measured_bounds(gpu):
+    """FlashMLA reads the latent cache at close to the HBM bandwidth at 16 query heads and
+    runs at its compute bound at 128 (575 TFLOP/s measured on an H100 at batch 128 and 32,768
+    keys: benchmarks/measurements/h100-sxm/probe-mla.jsonl; the H200's SMs and clocks are
+    the H100's); the cuDNN decode kernel it was priced as before took 2.4x the cache read at
+    16 heads and over 10x at 128."""
+    spec = load_spec(gpu)
+    prof = resolve_profile(spec, None)
+    for heads in (32, 256):  # (16 and 128 query heads: TP 8 and TP 1)
+        op = Attention(batch=64, heads=heads, kv_heads=1, seq_q=1, seq_kv=16384, head_dim=288, causal=True,
+                       latent=True)
+        read = op.bytes_kv() / spec.memory.hbm_bandwidth_bytes_per_s
+        compute = 2 * (heads // 2) * (576 + 512) * 64 * 16384 / 575e12  # (the kernel's own FLOPs)
+        t = predict(op, spec, prof).latency_s
+        assert max(read, 0.8 * compute) < t < 1.4 * max(read, compute), (heads, t / read, t / compute)

@@ -73,12 +73,15 @@ ATTENTION_FIXED = {
     "sdpa-cudnn:decode_wide": {"tile_m": 16, "head_dim_tile": 64, "wave_quantization": True,
                                "split_kv_max_query": 1, **_DECODE},
     "sdpa-efficient": {"tile_m": 64, "wave_quantization": True, **_NO_SPLIT},
-    # FlashMLA: 64 query heads a block (128 rows of the cost model's MQA, twice the heads),
-    # reading the latent cache once per block; its scheduler shares every sequence's key
-    # blocks out over parts that fill the SMs, however short the cache; no causal diagonal
+    # FlashMLA: 64 query heads a block (128 rows of the cost model's MQA, twice the heads);
+    # its scheduler shares every sequence's key blocks out over parts that fill the SMs,
+    # however short the cache; no causal diagonal. The blocks of a part's query tiles run at
+    # once over the same key blocks, so a second tile's reads come from the L2: at 128 heads
+    # it ran at 575 TFLOP/s on an H100 (probe-mla.jsonl), its compute bound (FlashMLA's
+    # README: up to 580-660 TFLOP/s on an H800), not twice its cache read
     "flashmla": {"tile_m": 128, "wave_quantization": False, "split_kv": "flashmla", "split_kv_max_query": 1,
                  "causal_overhead": 0.0, "seq_overhead": 0.0, "critical_path": 0.0, "walk_dim": 0.0,
-                 "block_s": 0.0, "unsplit_memory_efficiency": 1.0},
+                 "block_s": 0.0, "unsplit_memory_efficiency": 1.0, "reread_share": 0.0, "corner": None},
     "sdpa-efficient:wide": {"tile_m": 32, "wave_quantization": True, **_NO_SPLIT},
     "sdpa-flash:causal_split": {"tile_m": 64, "wave_quantization": True, "split_kv": "fa2",
                                 "split_kv_max_query": 1 << 30},
@@ -89,7 +92,7 @@ ATTENTION_FIXED = {
 # costs of one backend's kernels (and of its regimes'): FlashAttention-2's combine walks
 # its splits; the CUTLASS kernel's critical path pays a fixed cost per block of keys
 ATTENTION_FREE = {"sdpa-flash": ("combine_split_s",), "sdpa-efficient": ("key_block_s",),
-                  "flashmla": ("key_block_s", "combine_split_s", "reread_share")}
+                  "flashmla": ("key_block_s", "combine_split_s")}
 
 # regimes with few measurements start from their backend's fitted parameters and fit these
 REGIME_FREE = {"sdpa-flash:causal_split": ("compute_efficiency", "critical_path")}
