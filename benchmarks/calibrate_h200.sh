@@ -80,22 +80,21 @@
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
 #   MLA decode:       FlashMLA, the engines' MLA decode kernel on Hopper, has no H200 record
-#                     yet: its key (attention: flashmla) is fitted on an H100 SXM, 40 shapes at 16
-#                     and 128 query heads (../h100-sxm/probe-mla.jsonl, benchmarks/flashmla_probe.py;
-#                     the first command), and stands in the H200's profile as the base where no
-#                     H200 record reaches (--base): its fractions of peak and bandwidth, its fixed
-#                     times. benchmarks/measure_mla.sh measures the harness's mla suites (the grid
-#                     and random held-out shapes) on the GPU it runs on, for the fit to replace it.
+#                     yet, so this profile has no key for it (attention: flashmla) and prices MLA
+#                     decode with cuDNN's decode kernel. benchmarks/measure_mla.sh measures the
+#                     harness's mla suites (calib-mla.jsonl, which the calibrate line below then
+#                     reads, and holdout-mla.jsonl, to look at once after the fit). The key fitted
+#                     on an H100 probe is ../h100-sxm/mla-fit.yaml:
+#                     rooflinesim calibrate benchmarks/measurements/h100-sxm/probe-mla.jsonl \
+#                       --gpu h100-sxm --base none -o benchmarks/measurements/h100-sxm/mla-fit.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
-rooflinesim calibrate benchmarks/measurements/h100-sxm/probe-mla.jsonl --gpu h100-sxm --base none \
-  -o benchmarks/measurements/h100-sxm/mla-fit.yaml --force
 rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl "$d"/decoder-layers.jsonl \
   "$d"/eager3-{random,memory,decoder}.jsonl "$d"/eager-moe-noprofile.jsonl "$d"/eager-moe-random.jsonl \
   "$d"/hf-ops.jsonl "$d"/hf-ops-dynamic.jsonl "$d"/hf-ops-v3.jsonl "$d"/hf-forward-{llama,qwen,mixtral8,mistral,phi3,qwen3moe8}.jsonl \
   "$d"/hf-dynamic-{llama,qwen}.jsonl \
-  --base benchmarks/measurements/h100-sxm/mla-fit.yaml --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
+  --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
 held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-layers.jsonl
       "$d"/random-layers{2,3,4,5,6,7}.jsonl)
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 5
