@@ -224,3 +224,16 @@ def test_the_flashmla_fit_reproduces_its_probe():
     assert len(recs) == 40
     err = np.array([abs(predict(to_op(r), spec, prof).latency_s / r["measured_s"] - 1) for r in recs])
     assert np.median(err) < 0.06 and np.quantile(err, 0.9) < 0.15
+
+
+def test_flashmla_without_its_parameters_is_one_sentence():
+    """FlashMLA named where the profile has no parameters for it: one sentence, exit 2 (no
+    other kernel's parameters stand in for its scheduler's rule)."""
+    args = ["predict", "attention", "--gpu", "h200", "--decode", "--batch", "8", "--heads", "32",
+            "--kv-heads", "1", "--seq", "4096", "--head-dim", "288", "--backend", "flashmla"]
+    code, out, err = run_cli(args)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "flashmla" in err
+    code, out, err = run_cli(args[:3] + ["h100"] + args[4:] + ["--profile", str(MLA_FIT), "--json"])
+    assert code == 0, err
+    assert json.loads(out)["kernel"]["backend"] == "flashmla"

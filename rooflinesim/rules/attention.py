@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention_kernels import kernel_of
+from ..errors import UserError
 from ..ops.attention import Attention
 from ..pricing import KernelTerms, price_one
 from ..timing import Timing
@@ -16,6 +17,8 @@ KEY_TILE = 128  # keys an attention block loads at a time
 
 
 VARIANT_BACKENDS = {"fa3": ("sdpa-cudnn",), "fa2": ("sdpa-flash",)}
+# kernels no other kernel's parameters stand in for (their rule is their own)
+OWN_KEY_ONLY = ("flashmla",)
 
 
 # Kernel regimes of an attention backend: a backend runs a different kernel in some
@@ -81,6 +84,9 @@ def _attention_choice(op: Attention, spec, profile) -> list:
     """(mask, parameters) of each kernel regime of the kernel the op runs on the GPU."""
     _require(spec, op.math_rate, f"{op.dtype} attention")
     kernel = kernel_of(op, spec, profile)
+    if kernel.backend in OWN_KEY_ONLY and profile.find("attention", kernel.backend) is None:
+        raise UserError(f"{kernel.backend} has no parameters in this profile (it was measured on an H100 only: "
+                        f"--profile benchmarks/measurements/h100-sxm/mla-fit.yaml prices it there)")
     # a profile without the kernel's own parameters takes its class's measured backend
     keys = (kernel.backend, kernel.variant, *VARIANT_BACKENDS.get(kernel.variant, ()))
     return [(mask, profile.params("attention", f"{kernel.backend}:{name}" if name else "", *keys))
