@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 D, DV, PAGE = 576, 512, 64
 L2_BYTES = 60e6
@@ -116,14 +117,15 @@ def main() -> int:
 
 
 def record(b, h, s, us, lo, hi, sets, reps, parts, hardware) -> dict:
-    """A probe timing as a harness record (suites.mla_decode's shape)."""
-    shape = f"batch={b},heads={2 * h},kv_heads=1,seq_q=1,seq_kv={s},head_dim=288,causal=false"
-    return {"op": "attention", "dtype": "bf16", "batch": b, "heads": 2 * h, "kv_heads": 1, "seq_q": 1, "seq_kv": s,
-            "head_dim": 288, "causal": False, "backend": "flashmla", "query_heads": h, "page_size": PAGE,
-            "graph": True, "measured_s": us * 1e-6, "min_s": None if lo is None else lo * 1e-6,
-            "max_s": None if hi is None else hi * 1e-6, "sets": sets, "replays": reps, "sm_parts": parts,
-            "hardware": hardware, "status": "ok", "case_id": f"attention|bf16|flashmla|graph|{shape}",
-            "suite": "flashmla-probe"}
+    """A probe timing as a harness record (suites.mla_decode's case, records.case_id's id)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (the repository, for its harness)
+    from rooflinesim.harness import records, suites
+
+    case = suites.mla_decode(b, h, s)
+    return {**case, "page_size": PAGE, "graph": True, "measured_s": us * 1e-6,
+            "min_s": None if lo is None else lo * 1e-6, "max_s": None if hi is None else hi * 1e-6,
+            "sets": sets, "replays": reps, "sm_parts": parts, "hardware": hardware, "status": "ok",
+            "case_id": records.case_id(case, "graph"), "suite": "flashmla-probe"}
 
 
 if __name__ == "__main__":

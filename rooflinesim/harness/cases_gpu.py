@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .suites import ELEMENT_BYTES
+from .suites import ELEMENT_BYTES, MLA_KEY_DIM
 
 ATTENTION_BACKEND_ENUMS = {
     "sdpa-flash": "FLASH_ATTENTION",
@@ -173,10 +173,10 @@ def build_flashmla(torch, c, device, sets):
         raise ValueError("the flashmla backend needs FlashMLA's extension on PYTHONPATH "
                          "(benchmarks/flashmla_build.py builds it)") from None
     b, h2, kv, sq, skv, d = (c[x] for x in ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim"))
-    if kv != 1 or sq != 1 or h2 % 2 or 2 * d != 576:
-        raise ValueError("a flashmla case is one query token over one latent KV head of 576 "
-                         "(heads = 2 x query heads, head_dim = 288)")
-    hq, dk = h2 // 2, 2 * d
+    if kv != 1 or sq != 1 or h2 % 2 or 2 * d != MLA_KEY_DIM:
+        raise ValueError(f"a flashmla case is one query token over one latent KV head of {MLA_KEY_DIM} "
+                         f"(heads = 2 x query heads, head_dim = {MLA_KEY_DIM // 2})")
+    hq, dk = h2 // 2, MLA_KEY_DIM
     pages = -(-skv // MLA_PAGE)
     lens = torch.full((b,), skv, dtype=torch.int32, device=device)
     meta, splits = get_mla_metadata(lens, hq, 1)

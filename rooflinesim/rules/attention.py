@@ -146,7 +146,7 @@ def _flashmla_terms(op: Attention, spec, p) -> KernelTerms:
     from HBM; a sequence cut over several parts is merged by a combine kernel that walks
     its pieces (``combine_split_s`` each)."""
     sms = spec.chip.sm_count
-    one, group_rows, heads = _packed_rows(op)
+    _, group_rows, _ = _packed_rows(op)
     tile = max(p.tile_m, 1) if _plain(p.tile_m) else np.maximum(p.tile_m, 1.0)
     tiles = np.ceil(group_rows / tile)
     parts = np.maximum(np.floor(sms / (np.asarray(op.kvh) * tiles)), 1.0)
@@ -155,7 +155,7 @@ def _flashmla_terms(op: Attention, spec, p) -> KernelTerms:
                          + MLA_OVERHEAD_BLOCKS, 2 * MLA_OVERHEAD_BLOCKS)
     pieces = np.where(blocks + MLA_OVERHEAD_BLOCKS > payload,
                       np.ceil(blocks / np.maximum(payload - MLA_OVERHEAD_BLOCKS, 1.0)), 1.0)
-    pad = np.ceil(group_rows / tile) * tile / group_rows  # (a tile computes all its rows, real or not)
+    pad = tiles * tile / group_rows  # (a tile computes all its rows, real or not)
     rereads = 1.0 + (tiles - 1.0) * p.reread_share
     extra = payload * p.key_block_s
     fixed = np.where(pieces > 1, pieces * p.combine_split_s, 0.0)

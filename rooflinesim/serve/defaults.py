@@ -37,6 +37,11 @@ class EngineDefaults:
         return self.step_overhead_s, self.source
 
 
+def allreduce_of(engine: str, given: str | None) -> str:
+    """The TP AllReduce's backends ``engine`` runs (Deployment.allreduce): ``given``, else its default."""
+    return given or ENGINES[engine].allreduce
+
+
 def prefix_caching_of(engine: str, given: bool | None) -> bool:
     """Whether ``engine`` reuses cached prefixes: ``given``, else its default; one sentence
     where it is asked of an engine whose cache is not simulated."""
