@@ -84,9 +84,9 @@
 #                     decode with cuDNN's decode kernel. benchmarks/measure_mla.sh measures the
 #                     harness's mla suites (calib-mla.jsonl, which the calibrate line below then
 #                     reads, and holdout-mla.jsonl, to look at once after the fit). The key fitted
-#                     on an H100 probe is ../h100-sxm/mla-fit.yaml:
-#                     rooflinesim calibrate benchmarks/measurements/h100-sxm/probe-mla.jsonl \
-#                       --gpu h100-sxm --base none -o benchmarks/measurements/h100-sxm/mla-fit.yaml
+#                     on an H100 (its probe and its mla suite) is ../h100-sxm/mla-fit.yaml:
+#                     cd benchmarks/measurements/h100-sxm && rooflinesim calibrate probe-mla.jsonl \
+#                       calib-mla.jsonl --gpu h100-sxm --base none -o mla-fit.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm

@@ -6,7 +6,8 @@
 # caches to 65,536 tokens) into calib-mla.jsonl and mla-holdout (random shapes off the grid,
 # from a seed the grid never uses) into holdout-mla.jsonl, in graph mode. On an H200 they are
 # what benchmarks/calibrate_h200.sh's fit reads (calib-*.jsonl) to give the H200's profile its
-# flashmla key (it has none yet: only an H100 probe measured FlashMLA, benchmarks/flashmla_probe.py),
+# flashmla key (it has none yet: only an H100 measured FlashMLA, its files in
+# benchmarks/measurements/h100-sxm/ and its fit there mla-fit.yaml),
 # the held-out file looked at once after it:
 #   rooflinesim validate benchmarks/measurements/h200-sxm/holdout-mla.jsonl --gpu h200-sxm --by backend
 #

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from rooflinesim.attention_kernels import from_record, kernel_of, resolve
 from rooflinesim.calibration.profile import resolve_profile
 from rooflinesim.errors import UserError
@@ -211,19 +212,35 @@ def test_flashmla_fit_on_the_h100_is_near_its_measured_bounds():
         assert old > 2 * t
 
 
-def test_the_flashmla_fit_reproduces_its_probe():
-    """The shipped fit of the H100 probe prices the probe's 40 shapes within its
-    cross-validated error (5.9% median, 15.6% p90 when fitted: rooflinesim calibrate
-    benchmarks/measurements/h100-sxm/probe-mla.jsonl --gpu h100-sxm --base none)."""
+@pytest.mark.parametrize("name, n, median, p90", [("probe-mla.jsonl", 40, 0.06, 0.15),
+                                                  ("calib-mla.jsonl", 310, 0.05, 0.15),
+                                                  ("holdout-mla.jsonl", 80, 0.06, 0.16),
+                                                  ("holdout2-mla.jsonl", 80, 0.05, 0.13)])
+def test_the_flashmla_fit_prices_its_measurements(name, n, median, p90):
+    """The shipped fit (rooflinesim calibrate probe-mla.jsonl calib-mla.jsonl --gpu h100-sxm
+    --base none, in benchmarks/measurements/h100-sxm) on its 350 records, cross-validated at
+    3.3% median and 11.3% p90, and on the random shapes of the mla-holdout suites, which no
+    fit reads (80 each: 4.6% median, 13.9% p90; the second, measured after the rule was
+    revised on the first, 4.2% and 10.9%)."""
     from rooflinesim.calibration import records
     from rooflinesim.calibration.records import to_op
 
     spec = load_spec("h100-sxm")
     prof = resolve_profile(spec, str(MLA_FIT))
-    recs = records.load([MLA_PROBE]).records
-    assert len(recs) == 40
+    recs = records.load([MLA_FIT.with_name(name)]).records
+    assert len(recs) == n
     err = np.array([abs(predict(to_op(r), spec, prof).latency_s / r["measured_s"] - 1) for r in recs])
-    assert np.median(err) < 0.06 and np.quantile(err, 0.9) < 0.15
+    assert np.median(err) < median and np.quantile(err, 0.9) < p90
+
+
+def test_flashmla_is_fitted_from_no_profile(tmp_path):
+    """A profile without FlashMLA's key cannot price it (below), yet its records fit one:
+    the fit starts the key from its fixed values."""
+    out = tmp_path / "fit.yaml"
+    code, _, err = run_cli(["calibrate", str(MLA_PROBE), "--gpu", "h100-sxm", "--base", "none", "-o", str(out)])
+    assert code == 0, err
+    fitted = yaml.safe_load(out.read_text())["kernels"]["attention"]["flashmla"]
+    assert fitted["split_kv"] == "flashmla" and 0.5 < fitted["memory_efficiency"] <= 1.0
 
 
 def test_flashmla_without_its_parameters_is_one_sentence():

@@ -324,14 +324,14 @@ def test_cpu_timer_follows_the_replay_rules():
 
 
 def test_committed_measurements_come_from_the_suites_as_defined():
-    """Every measured case in the committed H200 data is a case of the suite it names:
-    the suites still generate what was measured, so each file can be measured again."""
+    """Every measured case in the committed H200 and H100 data is a case of the suite it
+    names: the suites still generate what was measured, so each file can be measured again."""
     from pathlib import Path
 
-    data = Path(__file__).resolve().parents[1] / "benchmarks" / "measurements" / "h200-sxm"
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "measurements"
     ids: dict = {}
     checked = 0
-    for path in sorted(data.glob("*.jsonl")):
+    for path in sorted([*data.glob("h200-sxm/*.jsonl"), *data.glob("h100-sxm/*.jsonl")]):
         for rec in _lines(path):
             name = rec.get("suite")
             if "case_id" not in rec or name not in suites.SUITE_NAMES:

@@ -191,10 +191,25 @@ def test_flash_split_pays_its_combine_per_split():
     assert predict(full, H200, comb).latency_s == pytest.approx(predict(full, H200, plain).latency_s, rel=1e-12)
 
 
-def test_flashmla_follows_its_schedulers_payload():
-    """FlashMLA shares every sequence's 64-key blocks, plus 5 blocks a sequence, over
-    sms / query tiles parts; its time follows a part's payload (at least 10 blocks), and a
-    sequence cut over parts adds the combine's walk over its pieces."""
+def test_flashmla_follows_its_scheduler():
+    """FlashMLA's scheduler (get_mla_metadata.cu) shares each sequence's 64-key blocks,
+    plus 5 blocks a piece, over sms / query tiles parts with a payload of at least 10; a
+    part's loop walks a piece's blocks after its first two, two at a time; each piece of a
+    cut sequence writes an fp32 partial the combine kernel reads back and walks."""
+    from rooflinesim.rules.attention import _mla_schedule_one
+
+    # (busiest part's steps, pieces of the cut sequences, most pieces of one sequence)
+    assert _mla_schedule_one(1, 2, 132) == (0, 0, 1)  # two blocks: loaded before the loop
+    assert _mla_schedule_one(1, 5, 132) == (2, 0, 1)  # 5 + 5 fits the least payload, 10
+    assert _mla_schedule_one(1, 8, 132) == (2, 2, 2)  # 5 blocks, then the other 3 in the next part
+    assert _mla_schedule_one(9, 3, 132) == (1, 0, 1)  # one sequence a part: 8 of 10, 3 too few for another's piece
+    # 256 sequences of 8 blocks over 66 parts: a payload of ceil(256 * 13 / 66) + 5 = 56 holds
+    # four whole (52) and leaves 4, no more than a piece's overhead: none is cut
+    assert _mla_schedule_one(256, 8, 66) == (12, 0, 1)
+    steps, cut, most = _mla_schedule_one(231, 8, 66)  # a payload of 51: three whole and 7 blocks of a fourth
+    assert cut > 0 and most == 2
+    steps, cut, most = _mla_schedule_one(128, 512, 132)  # 502 blocks a part: every sequence cut, two
+    assert steps == 250 and 256 <= cut <= 3 * 128 and most == 3  # pieces or, as the cuts drift, three
     base = dict(compute_efficiency=0.6, memory_efficiency=0.9, launch_s=4e-6, tile_m=128, wave_quantization=False,
                 split_kv="flashmla", key_block_s=1e-6, reread_share=0.25)
     prof = Profile(kind="fitted", kernels={"attention": {"flashmla": AttentionParams(**base, combine_split_s=5e-7)}})
@@ -203,20 +218,19 @@ def test_flashmla_follows_its_schedulers_payload():
         return Attention(batch=batch, heads=2 * query_heads, kv_heads=1, seq_q=1, seq_kv=keys, head_dim=288,
                          causal=False, backend="flashmla")
 
-    sms = H200.chip.sm_count
-    big = predict(mla(128, 16, 32768), H200, prof)  # 512 blocks a sequence over 132 parts: a part's
-    assert big.losses["payload_blocks"] == math.ceil(128 * (512 + 5) / sms) + 5  # 502 + 5, so each is cut in two
-    assert big.losses["combine_s"] == pytest.approx(2 * 5e-7) and big.losses["kv_rereads"] == 1.0
-    many = predict(mla(512, 16, 512), H200, prof)  # 8 blocks a sequence: a part's payload holds several
-    assert many.losses["payload_blocks"] == math.ceil(512 * 13 / sms) + 5 and many.losses["combine_s"] == 0
-    one = predict(mla(1, 16, 32768), H200, prof)  # one sequence: the least payload, cut in 103 pieces
-    assert one.losses["payload_blocks"] == 10
+    big = predict(mla(128, 16, 32768), H200, prof)
+    assert big.losses["part_steps"] == 250 and big.losses["part_steps_s"] == pytest.approx(250e-6)
+    assert big.losses["combine_s"] == pytest.approx(3 * 5e-7) and big.losses["kv_rereads"] == 1.0
+    assert big.losses["partial_bytes"] == 2 * cut * 16 * 512 * 4  # written, then read back
+    one = predict(mla(1, 16, 32768), H200, prof)  # one sequence over every part: 5 blocks each
     assert one.losses["combine_s"] == pytest.approx(math.ceil(512 / 5) * 5e-7)
-    assert predict(mla(1, 16, 320), H200, prof).losses["combine_s"] == 0  # (5 blocks: fits one part)
+    assert predict(mla(1, 16, 320), H200, prof).losses["combine_s"] == 0
+    # the cache is read in whole blocks: 65 keys cost 128's bytes, 64 half of them
+    t = {keys: predict(mla(512, 16, keys), H200, prof).latency_s for keys in (64, 65, 128)}
+    assert t[65] == pytest.approx(t[128], rel=0.02) and t[64] < 0.75 * t[128]
     # 128 heads: two query tiles, half the parts, the second tile's re-read a quarter from HBM
     wide = predict(mla(128, 128, 32768), H200, prof)
     assert wide.losses["kv_rereads"] == pytest.approx(1.25)
-    assert wide.losses["payload_blocks"] == math.ceil(128 * 517 / (sms // 2)) + 5
     assert wide.latency_s > big.latency_s
 
 

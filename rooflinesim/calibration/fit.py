@@ -24,6 +24,7 @@ from ..attention_kernels import kernel_of
 from ..errors import UserError
 from ..ops import Attention, Gemm
 from ..rules import ATTENTION_REGIMES, GEMM_REGIMES, attention_regimes, gemm_regime_mask
+from ..rules.attention import OWN_KEY_ONLY
 from .folds import held_out
 from .hf import fit_hf_host
 from .host import fit_host
@@ -403,6 +404,8 @@ def fit_profile(meas: Measurements, spec, folds: int = 5, sources=(), base: Prof
     short: dict[str, int] = {}  # family -> predictable records of groups too small to fit
     for group in groups:
         recs = [r for r in meas.records if group.select(r) and not is_eager(r)]  # (eager: the host fit)
+        if group.family == "attention" and group.key in OWN_KEY_ONLY and profile.find("attention", group.key) is None:
+            profile = _with(profile, group, {})  # (a kernel priced by its own key only starts from its fixed values)
         usable = [r for r, t in zip(recs, predicted(recs, spec, profile)) if np.isfinite(t)]
         if len(usable) < MIN_RECORDS:
             short[group.family] = max(short.get(group.family, 0), len(usable))

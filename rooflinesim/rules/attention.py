@@ -3,6 +3,8 @@ and the critical path of the block that walks every key."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..attention_kernels import kernel_of
@@ -132,38 +134,91 @@ def _attention_time(op: Attention, spec, p) -> Timing:
 
 
 # FlashMLA's scheduler (deepseek-ai/FlashMLA, csrc/kernels/get_mla_metadata.cu and config.h):
-# keys in blocks of 64; each sequence costs 5 blocks' time more (its setup and output); a
-# part of the GPU (one thread block per 64 query heads) takes an even share of all of it
+# keys in blocks of 64; each piece of a sequence costs 5 blocks' time more (its setup and
+# output); a part of the GPU (one thread block per 64 query heads) takes at most an even
+# share of all of it, and a part's payload is at least ten blocks
 MLA_KEY_BLOCK = 64
 MLA_OVERHEAD_BLOCKS = 5
+MLA_V_DIM = 512  # the value width: a cut sequence's pieces each write this many fp32 per query head
+
+
+@lru_cache(maxsize=4096)
+def _mla_schedule_one(batch: int, blocks: int, parts: int) -> tuple[float, float, float]:
+    """FlashMLA's scheduler on ``batch`` sequences of ``blocks`` key blocks each, over
+    ``parts`` parts: each part in turn takes whole sequences while its payload holds them
+    and their overhead, then the next sequence's first blocks if more than the overhead
+    is left (that sequence is cut, and the next part goes on from there). Returns the
+    busiest part's steps (its kernel loads a piece's first two blocks before its loop,
+    which then walks the rest two at a time: a step each), the pieces of all the cut
+    sequences, and the most pieces of one sequence."""
+    over = MLA_OVERHEAD_BLOCKS
+    payload = max(-(-batch * (blocks + over) // parts) + over, 2 * over)
+    seq, done, pieces, busiest, cut_pieces, most = 0, 0, 1, 0, 0, 1
+    for _ in range(parts):
+        left, work = payload, 0
+        while seq < batch:
+            rest = blocks - done
+            if left >= rest + over:  # the rest of the sequence fits
+                work += -(-rest // 2) - 1
+                left -= rest + over
+                cut_pieces += pieces if pieces > 1 else 0
+                most = max(most, pieces)
+                seq, done, pieces = seq + 1, 0, 1
+            else:
+                if left > over:  # its first blocks here, the rest in the next part
+                    work += -(-(left - over) // 2) - 1
+                    done += left - over
+                    pieces += 1
+                break
+        busiest = max(busiest, work)
+        if seq >= batch:
+            break
+    return float(busiest), float(cut_pieces), float(most)
+
+
+def _mla_schedule(batch, blocks, parts):
+    """_mla_schedule_one over arrays (each distinct shape simulated once)."""
+    b, n, k = np.broadcast_arrays(np.ceil(np.asarray(batch, dtype=float)), np.asarray(blocks, dtype=float),
+                                  np.asarray(parts, dtype=float))
+    rows = np.stack([b.ravel(), n.ravel(), k.ravel()], axis=1).astype(np.int64)
+    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+    found = np.array([_mla_schedule_one(*map(int, row)) for row in uniq])[inverse.ravel()]
+    return tuple(found[:, i].reshape(b.shape) for i in range(3))
 
 
 def _flashmla_terms(op: Attention, spec, p) -> KernelTerms:
-    """FlashMLA's decode: every sequence's key blocks (plus its fixed overhead) shared out
-    over sms / query tiles parts; the kernel takes as long as a part's payload (at least
-    ten blocks), each block a fixed latency (``key_block_s``) that joins the roofline of
-    the real work; a query tile past the first re-reads the cache, ``reread_share`` of it
-    from HBM; a sequence cut over several parts is merged by a combine kernel that walks
-    its pieces (``combine_split_s`` each)."""
+    """FlashMLA's decode, as its scheduler shares the work out (_mla_schedule_one): the
+    roofline of all the work joins the busiest part's loop steps at a fixed latency each
+    (``key_block_s``, a step being two key blocks); the cache is read in
+    whole 64-key blocks; a query tile past the first re-reads it, ``reread_share`` of it
+    from HBM; each piece of a cut sequence writes its fp32 partial output, which the
+    combine kernel reads back, walking the pieces (``combine_split_s`` each) of the
+    sequence cut most. The combine kernel always runs (it returns at once for a sequence
+    in one piece)."""
     sms = spec.chip.sm_count
     _, group_rows, _ = _packed_rows(op)
     tile = max(p.tile_m, 1) if _plain(p.tile_m) else np.maximum(p.tile_m, 1.0)
     tiles = np.ceil(group_rows / tile)
-    parts = np.maximum(np.floor(sms / (np.asarray(op.kvh) * tiles)), 1.0)
-    blocks = np.ceil(np.asarray(op.seq_kv) / MLA_KEY_BLOCK)
-    payload = np.maximum(np.ceil(np.asarray(op.batch) * (blocks + MLA_OVERHEAD_BLOCKS) / parts)
-                         + MLA_OVERHEAD_BLOCKS, 2 * MLA_OVERHEAD_BLOCKS)
-    pieces = np.where(blocks + MLA_OVERHEAD_BLOCKS > payload,
-                      np.ceil(blocks / np.maximum(payload - MLA_OVERHEAD_BLOCKS, 1.0)), 1.0)
+    kvh = np.asarray(op.kvh)
+    parts = np.maximum(np.floor(sms / (kvh * tiles)), 1.0)
+    stored = np.asarray(op.stored_kv_len(), dtype=float)
+    blocks = np.ceil(stored / MLA_KEY_BLOCK)
+    busiest, cut_pieces, most = _mla_schedule(op.batch, blocks, parts)
     pad = tiles * tile / group_rows  # (a tile computes all its rows, real or not)
     rereads = 1.0 + (tiles - 1.0) * p.reread_share
-    extra = payload * p.key_block_s
-    fixed = np.where(pieces > 1, pieces * p.combine_split_s, 0.0)
-    losses = {"query_padding": pad, "kv_rereads": rereads, "payload_blocks": payload, "key_blocks_s": extra,
-              "combine_s": fixed}
+    kv = op.bytes_kv()
+    # (the cost model's MQA form has twice the query heads of the kernel: group_rows / 2 of them)
+    partials = 2 * cut_pieces * kvh * (group_rows / 2) * MLA_V_DIM * 4  # written, then read back
+    work = op.work()
+    hbm = work.hbm_bytes
+    memory = (hbm + kv * (blocks * MLA_KEY_BLOCK / stored * rereads - 1.0) + partials) / hbm
+    extra = busiest * p.key_block_s
+    fixed = np.where(most > 1, most * p.combine_split_s, 0.0)
+    losses = {"query_padding": pad, "kv_rereads": rereads, "part_steps": busiest, "part_steps_s": extra,
+              "partial_bytes": partials, "combine_s": fixed}
     overlap = 1.0 if p.softmax_overlap is None else p.softmax_overlap
-    return KernelTerms(op.work(), p, compute_scale=pad, memory_scale=rereads, overlap_aux=overlap, losses=losses,
-                       extra_s=extra, kernels=np.where(pieces > 1, 2.0, 1.0), fixed_s=fixed)
+    return KernelTerms(work, p, compute_scale=pad, memory_scale=memory, overlap_aux=overlap, losses=losses,
+                       extra_s=extra, kernels=2.0, fixed_s=fixed)
 
 
 def _attention_terms(op: Attention, spec, p) -> KernelTerms:
