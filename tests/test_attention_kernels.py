@@ -154,7 +154,7 @@ def _latent_decode(**kw):
 
 @pytest.mark.parametrize("name", spec_names())
 def test_mla_decode_runs_the_architectures_own_kernel(name):
-    """MLA's latent decode runs FlashMLA on Hopper (what vLLM and SGLang run there); an
+    """MLA's latent decode runs FlashMLA on Hopper (vLLM's default there); an
     architecture without an MLA kernel in the table prices it as its default class; a class
     the user names wins."""
     from dataclasses import replace
@@ -190,6 +190,38 @@ def test_mla_decode_without_the_kernels_parameters_is_priced_as_before():
 
 
 MLA_FIT = Path(__file__).resolve().parent.parent / "benchmarks" / "measurements" / "h100-sxm" / "mla-fit.yaml"
+
+
+def test_mla_decode_runs_each_engines_kernel():
+    """vLLM runs MLA's decode on FlashMLA on Hopper (its FLASHMLA backend); SGLang's default
+    there is FlashAttention-3 and TensorRT-LLM runs its own kernels: the GPU's default class
+    prices theirs. The engine's choice reaches the kernels through Deployment.own_mla_decode."""
+    from rooflinesim.attention_kernels import kernel_of
+    from rooflinesim.models.config import load_config
+    from rooflinesim.models.deploy import Deployment
+    from rooflinesim.models.workload import predict_model
+    from rooflinesim.serve.defaults import own_mla_decode_of
+
+    assert [own_mla_decode_of(e) for e in ("vllm", "sglang", "trtllm")] == [True, False, False]
+    spec, cfg = load_spec("h100-sxm"), load_config("deepseek-v3")
+    prof = resolve_profile(spec, None).model_copy(deep=True)  # (the shipped profile, FlashMLA's H100 key added)
+    prof.kernels["attention"]["flashmla"] = resolve_profile(spec, str(MLA_FIT)).kernels["attention"]["flashmla"]
+
+    def decode_attention(own):
+        r = predict_model(cfg, spec, prof, Deployment(tp=8, weights="fp8", own_mla_decode=own), batch=64,
+                          prompt=8192, gen=2)
+        op = [k for k in r.decode.kernels if k.name == "attention"][0].op
+        return kernel_of(op, spec, prof).backend, float(np.mean(predict(op, spec, prof).latency_s))
+
+    (mine, mine_s), (default, default_s) = decode_attention(True), decode_attention(False)
+    assert mine == "flashmla" and default != "flashmla"
+    assert mine_s < 0.6 * default_s  # (cuDNN's decode re-reads the latent every 16 heads)
+    for engine, kernel in (("sglang", "fa3"), ("vllm", "FLASHMLA")):  # (serve --json names its source)
+        code, out, err = run_cli(["serve", "--model", "deepseek-v2-lite", "--gpu", "h100", "--engine", engine,
+                                  "--num-prompts", "20", "--rate", "inf", "--input-len", "256", "--output-len", "8",
+                                  "--json"])
+        assert code == 0, err
+        assert kernel in json.loads(out)["mla_decode_source"]
 MLA_PROBE = MLA_FIT.with_name("probe-mla.jsonl")
 
 

@@ -272,7 +272,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     reports them."""
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
-    from ..serve.defaults import ENGINES, allreduce_of, memory_fraction
+    from ..serve.defaults import ENGINES, allreduce_of, memory_fraction, own_mla_decode_of
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
@@ -324,7 +324,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         raise UserError("--eager and --hf-cache go with --engine hf (engines run CUDA graphs)")
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(),
                    attention=attention, eager=eager, kernels="hf" if engine == "hf" else "engine", hf_cache=hf_cache,
-                   allreduce=allreduce_of(engine, allreduce))
+                   allreduce=allreduce_of(engine, allreduce),
+                   own_mla_decode=own_mla_decode_of(engine))
     if engine == "hf":
         from ..models.hf import check
 
@@ -409,6 +410,8 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
             **source, "max_concurrency": concurrency, "metric_percentiles": list(percentiles)}
     if d.kernels == "engine" and d.tp > 1:
         head["allreduce_source"] = "given (--allreduce)" if allreduce else ENGINES[engine].allreduce_source
+    if d.kernels == "engine" and cfg.kv_lora_rank:  # (MLA: which kernel its decode runs)
+        head["mla_decode_source"] = ENGINES[engine].mla_decode_source
     if pd is not None:
         head.update(decode_tp=decode_tp, kv_link_source=r.disaggregated["kv_link_source"])
     if interval_samples:

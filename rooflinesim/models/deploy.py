@@ -83,6 +83,11 @@ class Deployment:
     # symmetric memory among them) or "custom" (a custom AllReduce, then NCCL: SGLang's default,
     # vLLM before v0.11, TensorRT-LLM's); rooflinesim/ops/engine_allreduce.py
     allreduce: str = "engine"
+    # "engine" kernels only: MLA's absorbed decode on the architecture's own MLA kernel, where
+    # the profile has its parameters (FlashMLA on Hopper: vLLM's FLASHMLA backend), or False:
+    # on the GPU's default attention class (SGLang's default on Hopper is FlashAttention-3,
+    # TensorRT-LLM runs its own kernels); rooflinesim.attention_kernels.kernel_of
+    own_mla_decode: bool = True
 
     def __post_init__(self):
         for f in ("tp", "pp", "ep", "dp", "group_size"):
@@ -143,7 +148,8 @@ class Deployment:
                 "microbatches": self.microbatches, "eager": self.eager,
                 "launch_overhead_s": self.launch_overhead_s if self.eager else None,
                 "kernels": self.kernels, "hf_cache": self.hf_cache,
-                "allreduce": self.allreduce if self.kernels == "engine" else None, "gpus": self.gpus}
+                "allreduce": self.allreduce if self.kernels == "engine" else None,
+                "own_mla_decode": self.own_mla_decode if self.kernels == "engine" else None, "gpus": self.gpus}
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def _mla(s: _Shapes) -> list[Kernel]:
     else:  # absorbed: MQA over the latent
         ks += [s.gemm("q_absorb", T, latent, nope, dtype=s.act, batch=H),
                _attention(s, heads=2 * H, kv_heads=1, head_dim=(latent + rope) / 2,
-                          kv_dtype=s.d.kv_cache, latent=s.d.kernels != "hf"),
+                          kv_dtype=s.d.kv_cache, latent=s.d.kernels != "hf" and s.d.own_mla_decode),
                s.gemm("v_absorb", T, vd, latent, dtype=s.act, batch=H)]
     ks += [s.gemm("o_proj", T, s.h, H * vd), *s.reduce("attn", "layer")]
     return ks

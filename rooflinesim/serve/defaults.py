@@ -28,6 +28,9 @@ class EngineDefaults:
     # its TP AllReduce's backends (Deployment.allreduce; rooflinesim/data/engine_allreduce.json)
     allreduce: str = "engine"
     allreduce_source: str = "vLLM's communicator (the default engine's)"
+    # MLA's absorbed decode on the architecture's own MLA kernel (Deployment.own_mla_decode)
+    own_mla_decode: bool = True
+    mla_decode_source: str = "vLLM's (the default engine's)"
 
     def host(self, overlap: bool) -> tuple[float, str]:
         """The host time per step and its source, run with ``overlap`` or without: an engine
@@ -40,6 +43,12 @@ class EngineDefaults:
 def allreduce_of(engine: str, given: str | None) -> str:
     """The TP AllReduce's backends ``engine`` runs (Deployment.allreduce): ``given``, else its default."""
     return given or ENGINES[engine].allreduce
+
+
+def own_mla_decode_of(engine: str) -> bool:
+    """Whether ``engine`` runs MLA's absorbed decode on the architecture's own MLA kernel
+    (Deployment.own_mla_decode)."""
+    return ENGINES[engine].own_mla_decode
 
 
 def prefix_caching_of(engine: str, given: bool | None) -> bool:
@@ -67,6 +76,10 @@ ENGINES = {
             "stages): the gap between decode steps with the engine core's host work overlapped by its "
             "processes was 150-170 us (vllm-project/vllm PR 11133); without that overlap it measured 5-6 ms "
             "at batch 256 (issue 10634)"), prefix_caching=True,
+        mla_decode_source=(
+            "vLLM's FLASHMLA backend, its default for MLA on Hopper (v0.8.4's log of DeepSeek-R1 on 8 x H200: "
+            "'Forcing kv cache block size to 64 for FlashMLA backend', Michaelvll/llm-ie-benchmarks "
+            "sgl/logs/vllm-deepseek-r1.log)"),
         allreduce_source=(
             "vLLM's CudaCommunicator.all_reduce since v0.11.0 (PyTorch symmetric memory on by default, "
             "vllm-project/vllm PR 24111); before it, --allreduce custom"),
@@ -91,14 +104,20 @@ ENGINES = {
         allreduce="custom", allreduce_source=(
             "SGLang's GroupCoordinator.all_reduce (python/sglang/srt/distributed/parallel_state.py): its custom "
             "AllReduce (ported from vLLM's), then pynccl; PyTorch symmetric memory only with "
-            "--enable-torch-symm-mem")),
+            "--enable-torch-symm-mem"),
+        own_mla_decode=False, mla_decode_source=(
+            "SGLang's fa3 backend, its default for MLA models on Hopper (0.4.5.post3's log of DeepSeek-R1 on "
+            "8 x H200: 'Attention backend not set. Use fa3 backend by default.', Michaelvll/llm-ie-benchmarks "
+            "sgl/logs/sgl-0.4.5.post3-deepseek-r1.log); FlashMLA only with --attention-backend flashmla")),
     "trtllm": EngineDefaults(0.0, (
         "TensorRT-LLM's overlap scheduler (on by default since PR 4174) runs the host work of a step while "
         "the GPU runs the one before (TensorRT-LLM docs, features: overlap scheduler); a request arriving "
         "during a step is scheduled a step later"), True, allreduce="custom", allreduce_source=(
             "TensorRT-LLM's AllReduce (tensorrt_llm/_torch/distributed/ops.py, strategy AUTO): its own one-shot "
             "and two-shot kernels, then NCCL; priced as vLLM's custom AllReduce (kernels of the same two "
-            "kinds) as measured")),
+            "kinds) as measured"),
+        own_mla_decode=False, mla_decode_source=(
+            "TensorRT-LLM's own MLA kernels, not measured: priced as the GPU's default attention class")),
     "static": EngineDefaults(0.0, "static batching as predict model prices it: the kernel sum, no host time"),
     "hf": EngineDefaults(0.0, (
         "Hugging Face transformers' generate() on static batches: each step is predict model "
