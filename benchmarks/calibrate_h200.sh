@@ -79,14 +79,18 @@
 #   graph mode, new:  holdout14.jsonl with random-layers11.jsonl, the first held-out set
 #                     with copies timed as kernels; looked at once before the copy kernel's
 #                     alignment rule, which they led to.
-#   MLA decode:       FlashMLA, the engines' MLA decode kernel on Hopper, has no H200 record
-#                     yet, so this profile has no key for it (attention: flashmla) and prices MLA
-#                     decode with cuDNN's decode kernel. benchmarks/measure_mla.sh measures the
-#                     harness's mla suites (calib-mla.jsonl, which the calibrate line below then
-#                     reads, and holdout-mla.jsonl, to look at once after the fit). The key fitted
-#                     on an H100 (its probe and its mla suite) is ../h100-sxm/mla-fit.yaml:
+#   MLA decode:       FlashMLA, vLLM's MLA decode kernel on Hopper, has no H200 record yet: its
+#                     key (attention: flashmla) is the one fitted on an H100 (its probe and its
+#                     mla suite), ../h100-sxm/mla-fit.yaml, which the fit below takes as its base
+#                     (a key no record reaches keeps the base's parameters, as fractions of the
+#                     H200's peaks):
 #                     cd benchmarks/measurements/h100-sxm && rooflinesim calibrate probe-mla.jsonl \
 #                       calib-mla.jsonl --gpu h100-sxm --base none -o mla-fit.yaml
+#                     Lent so, it gives vLLM 0.8.4's DeepSeek-R1 steps on 8 x H200 the cost per
+#                     cached token their logs show (benchmarks/mla_log_slopes.py). On an H200,
+#                     benchmarks/measure_mla.sh measures the harness's mla suites (calib-mla.jsonl,
+#                     which the calibrate line below then reads, and holdout-mla.jsonl, to look at
+#                     once after the fit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 d=benchmarks/measurements/h200-sxm
@@ -94,7 +98,7 @@ rooflinesim calibrate "$d"/calib-*.jsonl "$d"/collectives.jsonl "$d"/decoder-lay
   "$d"/eager3-{random,memory,decoder}.jsonl "$d"/eager-moe-noprofile.jsonl "$d"/eager-moe-random.jsonl \
   "$d"/hf-ops.jsonl "$d"/hf-ops-dynamic.jsonl "$d"/hf-ops-v3.jsonl "$d"/hf-forward-{llama,qwen,mixtral8,mistral,phi3,qwen3moe8}.jsonl \
   "$d"/hf-dynamic-{llama,qwen}.jsonl \
-  --gpu h200-sxm -o hardware_specs/profiles/h200-sxm.yaml --force
+  --gpu h200-sxm --base benchmarks/measurements/h100-sxm/mla-fit.yaml -o hardware_specs/profiles/h200-sxm.yaml --force
 held=("$d"/holdout.jsonl "$d"/holdout{2,3,4,5,6,7,8,9,10}.jsonl "$d"/random-layers.jsonl
       "$d"/random-layers{2,3,4,5,6,7}.jsonl)
 rooflinesim validate "${held[@]}" --gpu h200-sxm --worst 5

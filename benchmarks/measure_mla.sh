@@ -5,9 +5,9 @@
 # include/), then the suites mla (the calibration grid: 8-128 query heads, batches 1-256,
 # caches to 65,536 tokens) into calib-mla.jsonl and mla-holdout (random shapes off the grid,
 # from a seed the grid never uses) into holdout-mla.jsonl, in graph mode. On an H200 they are
-# what benchmarks/calibrate_h200.sh's fit reads (calib-*.jsonl) to give the H200's profile its
-# flashmla key (it has none yet: only an H100 measured FlashMLA, its files in
-# benchmarks/measurements/h100-sxm/ and its fit there mla-fit.yaml),
+# what benchmarks/calibrate_h200.sh's fit reads (calib-*.jsonl) to give the H200's profile a
+# flashmla key of its own (its key is lent from the H100's fit until then: only an H100 has
+# measured FlashMLA, its files in benchmarks/measurements/h100-sxm/, its fit there mla-fit.yaml),
 # the held-out file looked at once after it:
 #   rooflinesim validate benchmarks/measurements/h200-sxm/holdout-mla.jsonl --gpu h200-sxm --by backend
 #

@@ -233,6 +233,8 @@ def test_flashmla_fit_on_the_h100_is_near_its_measured_bounds():
     spec = load_spec("h100-sxm")
     prof = resolve_profile(spec, str(MLA_FIT))
     assert kernel_of(_latent_decode(), spec, prof).backend == "flashmla"
+    cudnn = resolve_profile(spec, None).model_copy(deep=True)  # (no flashmla key: cuDNN's decode)
+    cudnn.kernels["attention"].pop("flashmla")
     for heads in (32, 256):  # (16 and 128 query heads: TP 8 and TP 1)
         op = Attention(batch=64, heads=heads, kv_heads=1, seq_q=1, seq_kv=16384, head_dim=288, causal=True,
                        latent=True)
@@ -240,7 +242,7 @@ def test_flashmla_fit_on_the_h100_is_near_its_measured_bounds():
         compute = 2 * (heads // 2) * (576 + 512) * 64 * 16384 / 575e12  # (the kernel's own FLOPs)
         t = predict(op, spec, prof).latency_s
         assert max(read, 0.8 * compute) < t < 1.4 * max(read, compute), (heads, t / read, t / compute)
-        old = predict(op, spec, resolve_profile(spec, None)).latency_s  # (no flashmla key: cuDNN's decode)
+        old = predict(op, spec, cudnn).latency_s
         assert old > 2 * t
 
 
@@ -280,9 +282,10 @@ def test_flashmla_without_its_parameters_is_one_sentence():
     other kernel's parameters stand in for its scheduler's rule)."""
     args = ["predict", "attention", "--gpu", "h200", "--decode", "--batch", "8", "--heads", "32",
             "--kv-heads", "1", "--seq", "4096", "--head-dim", "288", "--backend", "flashmla"]
-    code, out, err = run_cli(args)
+    code, out, err = run_cli(args + ["--profile", "ideal"])
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "flashmla" in err
-    code, out, err = run_cli(args[:3] + ["h100"] + args[4:] + ["--profile", str(MLA_FIT), "--json"])
-    assert code == 0, err
-    assert json.loads(out)["kernel"]["backend"] == "flashmla"
+    for gpu, profile in (("h100", ["--profile", str(MLA_FIT)]), ("h200", []), ("h100", [])):
+        code, out, err = run_cli(args[:3] + [gpu] + args[4:] + profile + ["--json"])
+        assert code == 0, err
+        assert json.loads(out)["kernel"]["backend"] == "flashmla"

@@ -87,8 +87,8 @@ def _attention_choice(op: Attention, spec, profile) -> list:
     _require(spec, op.math_rate, f"{op.dtype} attention")
     kernel = kernel_of(op, spec, profile)
     if kernel.backend in OWN_KEY_ONLY and profile.find("attention", kernel.backend) is None:
-        raise UserError(f"{kernel.backend} has no parameters in this profile (it was measured on an H100 only: "
-                        f"--profile benchmarks/measurements/h100-sxm/mla-fit.yaml prices it there)")
+        raise UserError(f"{kernel.backend} has no parameters in this profile (the bundled Hopper profiles have "
+                        f"them, measured on an H100: benchmarks/measurements/h100-sxm/mla-fit.yaml)")
     # a profile without the kernel's own parameters takes its class's measured backend
     keys = (kernel.backend, kernel.variant, *VARIANT_BACKENDS.get(kernel.variant, ()))
     return [(mask, profile.params("attention", f"{kernel.backend}:{name}" if name else "", *keys))
