@@ -14,9 +14,10 @@ its windows span 100,000 tokens or more), each batch size's slope is what a cach
 in all 61 layers) and its intercept what the step costs without a cache.
 
 Beside them, the model's decode step (`predict model`'s kernel sum, as each engine runs it: no
-host time) at the same batches and contexts, under the shipped H200 profile and with FlashMLA's
-H100 key (benchmarks/measurements/h100-sxm/mla-fit.yaml) lent to it as fractions of the H200's
-peaks; vLLM runs FlashMLA there (its log: "Forcing kv cache block size to 64 for FlashMLA
+host time) at the same batches and contexts, under the shipped H200 profile without its
+FlashMLA key (MLA decode priced as cuDNN's decode kernel, as before the key) and with it (the
+H100's, benchmarks/measurements/h100-sxm/mla-fit.yaml, lent as fractions of the H200's peaks);
+vLLM runs FlashMLA there (its log: "Forcing kv cache block size to 64 for FlashMLA
 backend"), SGLang FlashAttention-3 (its log: "Use fa3 backend by default"), which the model
 prices as the GPU's default class with or without the key. The logs are read from the clone
 (at the commit the points cite), not copied here: the repository states no licence.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,23 +75,23 @@ def sglang_steps(text: str) -> list[tuple[int, float, float]]:
     return out
 
 
-def model_steps(engine: str, points, lent: bool) -> np.ndarray:
-    """The model's decode step (s) at each (running, tokens held)."""
+def model_steps(engine: str, points, flashmla: bool) -> np.ndarray:
+    """The model's decode step (s) at each (running, tokens held), with the shipped profile's
+    FlashMLA key or without it."""
     from rooflinesim.calibration.profile import resolve_profile
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.models.workload import predict_model
-    from rooflinesim.serve.defaults import allreduce_of, own_mla_decode_of
+    from rooflinesim.serve.defaults import engine_kernels
 
     spec, model = load_spec("h200-sxm"), load_config("deepseek-ai/deepseek-r1")
     prof = resolve_profile(spec, None)
-    if lent:
-        fit = Path(__file__).resolve().parent / "measurements" / "h100-sxm" / "mla-fit.yaml"
+    if not flashmla:
         prof = prof.model_copy(deep=True)
-        prof.kernels["attention"]["flashmla"] = resolve_profile(spec, str(fit)).kernels["attention"]["flashmla"]
-    d = Deployment(tp=8, weights="fp8", allreduce=allreduce_of(engine, "custom"),
-                   own_mla_decode=own_mla_decode_of(engine))
+        prof.kernels["attention"].pop("flashmla", None)
+    # (both ran a custom AllReduce: vLLM before v0.11, SGLang by default)
+    d = Deployment(tp=8, weights="fp8", **engine_kernels(engine, "custom"))
     return np.array([float(predict_model(model, spec, prof, d, batch=n, prompt=max(int(t / n), 1), gen=2).tpot_s)
                      for n, t, _ in points])
 
@@ -100,8 +100,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo", type=Path, required=True, help="a clone of Michaelvll/llm-ie-benchmarks")
     args = ap.parse_args()
-    print("| engine | batch | windows | tokens held | measured: ns a token, ms at none | model: shipped | "
-          "model: FlashMLA's key lent | measured / lent |")
+    print("| engine | batch | windows | tokens held | measured: ns a token, ms at none | model without "
+          "FlashMLA's key | model (shipped: with it) | measured / model |")
     print("|---|---|---|---|---|---|---|---|")
     for engine, paths in LOGS.items():
         points = [p for path in paths for p in (vllm_steps if engine == "vllm" else sglang_steps)(_text(args.repo, path))]
@@ -110,13 +110,13 @@ def main() -> None:
             tokens, step = np.array([p[1] for p in mine]), np.array([p[2] for p in mine])
             if len(mine) < MIN_POINTS or np.ptp(tokens) < MIN_SPAN:
                 continue
+            shipped = model_steps(engine, mine, True)
             cells = []
-            for s in (step, model_steps(engine, mine, False), lent := model_steps(engine, mine, True)):
+            for s in (step, model_steps(engine, mine, False), shipped):
                 slope, at0 = np.polyfit(tokens, s, 1)
                 cells.append(f"{slope * 1e9:.1f} ns, {at0 * 1e3:.1f} ms")
             print(f"| {engine} | {n} | {len(mine)} | {tokens.min():,.0f}-{tokens.max():,.0f} | {' | '.join(cells)} | "
-                  f"{np.median(step / lent):.2f} |")
-    sys.stdout.flush()
+                  f"{np.median(step / shipped):.2f} |")
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def simulate(point: dict, samples: int):
     from rooflinesim.hardware import load_spec
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
-    from rooflinesim.serve.defaults import own_mla_decode_of
+    from rooflinesim.serve.defaults import engine_kernels
     from rooflinesim.serve.simulate import serve
 
     spec = load_spec(_gpu(point["gpu"]))
@@ -126,8 +126,7 @@ def simulate(point: dict, samples: int):
         warmup = len(earlier)
         reqs = earlier.then(reqs, float(point["after"]["start_s"]))
     model = load_config(MODELS[point["model"]])
-    d = Deployment(tp=int(point["tp"]), weights=point["weights"], allreduce=allreduce_of(point),
-                   own_mla_decode=own_mla_decode_of(point["engine"]),
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"], **engine_kernels(point["engine"], allreduce_of(point)),
                    **({"kv_cache": point["kv_cache"]} if point.get("kv_cache") else {}))
     limits = {}
     if point.get("client", "").startswith("trtllm-bench"):  # (its scheduler settings, limits and KV budget)
@@ -371,13 +370,12 @@ def modelled_prefill_rate(point: dict) -> float:
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.models.workload import predict_model
-    from rooflinesim.serve.defaults import engine_limits, own_mla_decode_of
+    from rooflinesim.serve.defaults import engine_kernels, engine_limits
 
     spec, model = load_spec(_gpu(point["gpu"])), load_config(MODELS[point["model"]])
     prompt = int(point["dataset"]["input_len"])
     chunk = engine_limits(point["engine"], model, spec)["max_num_batched_tokens"]
-    d = Deployment(tp=int(point["tp"]), weights=point["weights"], allreduce=allreduce_of(point),
-                   own_mla_decode=own_mla_decode_of(point["engine"]))
+    d = Deployment(tp=int(point["tp"]), weights=point["weights"], **engine_kernels(point["engine"], allreduce_of(point)))
     r = predict_model(model, spec, resolve_profile(spec, None), d, batch=1, prompt=prompt, gen=2,
                       chunk=min(chunk, prompt))
     return prompt / float(r.ttft_s)

@@ -200,9 +200,9 @@ def test_mla_decode_runs_each_engines_kernel():
     from rooflinesim.models.config import load_config
     from rooflinesim.models.deploy import Deployment
     from rooflinesim.models.workload import predict_model
-    from rooflinesim.serve.defaults import own_mla_decode_of
+    from rooflinesim.serve.defaults import engine_kernels
 
-    assert [own_mla_decode_of(e) for e in ("vllm", "sglang", "trtllm")] == [True, False, False]
+    assert [engine_kernels(e)["own_mla_decode"] for e in ("vllm", "sglang", "trtllm")] == [True, False, False]
     spec, cfg = load_spec("h100-sxm"), load_config("deepseek-v3")
     prof = resolve_profile(spec, None).model_copy(deep=True)  # (the shipped profile, FlashMLA's H100 key added)
     prof.kernels["attention"]["flashmla"] = resolve_profile(spec, str(MLA_FIT)).kernels["attention"]["flashmla"]

@@ -91,7 +91,7 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
     the kernels of prefill and decode with their times."""
     from ..models.deploy import Deployment, max_batch
     from ..models.workload import predict_model
-    from ..serve.defaults import allreduce_of, own_mla_decode_of
+    from ..serve.defaults import engine_kernels
 
     if chunk is not None and -(-prompt // chunk) > MAX_CHUNKS:
         raise UserError(f"--prompt {prompt} in chunks of {chunk} is {-(-prompt // chunk):,} chunks; "
@@ -111,8 +111,7 @@ def model(model_name, batch, prompt, gen, chunk, tp, pp, ep, dp, sequence_parall
                    attention=attention, microbatches=microbatches, eager=eager,
                    launch_overhead_s=overhead_s, kernels="hf" if engine == "hf" else "engine",
                    hf_cache=hf_cache if engine == "hf" else None,
-                   allreduce=allreduce_of(engine, allreduce),
-                   own_mla_decode=own_mla_decode_of(engine))
+                   **engine_kernels(engine, allreduce))
     if hf_cache is not None and engine != "hf":
         raise UserError("--hf-cache goes with --engine hf")
     source = click.get_current_context().get_parameter_source("batch")

@@ -272,7 +272,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     reports them."""
     from ..models.deploy import Deployment
     from ..serve.simulate import max_rate as find_max_rate
-    from ..serve.defaults import ENGINES, allreduce_of, memory_fraction, own_mla_decode_of
+    from ..serve.defaults import ENGINES, engine_kernels, memory_fraction
     from ..serve.simulate import serve as run
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
@@ -324,8 +324,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
         raise UserError("--eager and --hf-cache go with --engine hf (engines run CUDA graphs)")
     d = Deployment(tp=tp, pp=pp, ep=ep, dp=dp, weights=weights, kv_cache=kv_dtype and kv_dtype.lower(),
                    attention=attention, eager=eager, kernels="hf" if engine == "hf" else "engine", hf_cache=hf_cache,
-                   allreduce=allreduce_of(engine, allreduce),
-                   own_mla_decode=own_mla_decode_of(engine))
+                   **engine_kernels(engine, allreduce))
     if engine == "hf":
         from ..models.hf import check
 

@@ -40,15 +40,12 @@ class EngineDefaults:
         return self.step_overhead_s, self.source
 
 
-def allreduce_of(engine: str, given: str | None) -> str:
-    """The TP AllReduce's backends ``engine`` runs (Deployment.allreduce): ``given``, else its default."""
-    return given or ENGINES[engine].allreduce
-
-
-def own_mla_decode_of(engine: str) -> bool:
-    """Whether ``engine`` runs MLA's absorbed decode on the architecture's own MLA kernel
-    (Deployment.own_mla_decode)."""
-    return ENGINES[engine].own_mla_decode
+def engine_kernels(engine: str, allreduce: str | None = None) -> dict:
+    """The Deployment fields that say which kernels ``engine`` runs: its TP AllReduce's
+    backends (``allreduce`` where given, else its default) and whether MLA's absorbed decode
+    runs the architecture's own MLA kernel."""
+    e = ENGINES[engine]
+    return {"allreduce": allreduce or e.allreduce, "own_mla_decode": e.own_mla_decode}
 
 
 def prefix_caching_of(engine: str, given: bool | None) -> bool:

@@ -311,7 +311,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
     TP; the bounds leave the host out, so they stay below runs past it). ``allreduce``: the
     TP AllReduce's backends (Deployment.allreduce; None: the engine's)."""
     from ..models.config import load_config
-    from .defaults import ENGINES, allreduce_of, check_engine_flags, own_mla_decode_of
+    from .defaults import ENGINES, check_engine_flags, engine_kernels
 
     if not slos:
         raise UserError("plan needs an SLO (--slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99)")
@@ -354,7 +354,7 @@ def plan(model_name: str, *, rate: float, slos: dict, workload: dict, gpus: list
                                        else request_overhead_s),
            "eager_prefill": bool(eager_prefill), "max_model_len": max_model_len,
            "disable_cascade_attn": bool(disable_cascade_attn), "cuda_graph_max_bs": cuda_graph_max_bs,
-           "allreduce": allreduce_of(engine, allreduce), "own_mla_decode": own_mla_decode_of(engine),
+           **engine_kernels(engine, allreduce),
            "max_num_batched_tokens": sorted(set(max_num_batched_tokens or ())),
            "max_num_seqs": sorted(set(max_num_seqs or ()), reverse=True)}
     tick = progress or (lambda k: None)
