@@ -73,7 +73,8 @@ def test_prices_file_and_bad_input(tmp_path):
                  ["--slo-ttft-p99", "1s", "--gpu", "h200"], ["--slo-ttft-p99", "1s", "--prices", str(bad)],
                  ["--slo-ttft-p99", "1s", "--dataset", "sharegpt-v4"], ["--slo-ttft-p99", "1s", "--max-num-seqs", "0"],
                  ["--slo-ttft-p99", "1s", "--max-num-batched-tokens", "1.5"],
-                 ["--slo-ttft-p99", "1s", "--ray-address", "http://"]):
+                 ["--slo-ttft-p99", "1s", "--ray-address", "http://"],
+                 ["--slo-ttft-p99", "1s", "--rate", "1e-12"]):  # (arrivals over more time than the clock resolves)
         with pytest.raises(SystemExit) as e:
             main([*base, *args])
         assert e.value.code == 2, args

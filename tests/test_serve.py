@@ -527,6 +527,8 @@ def test_cli_sets_tensorrt_llms_scheduler_and_refuses_it_elsewhere():
     (["--rate", "0"], "not a rate above 0"),
     (["--rate", "-3"], "not a rate above 0"),
     (["--rate", "fast"], "neither a number"),
+    (["--rate", "1e-300"], "raise the rate or send fewer requests"),  # (gaps past what the clock resolves)
+    (["--rate", "1e-9"], "raise the rate or send fewer requests"),
     (["--goodput", "ttft"], "expected KEY:MS"),
     (["--goodput", "ttft:-1"], "above 0"),
     (["--goodput", "latency:3"], "expected KEY:MS"),
@@ -876,3 +878,12 @@ def test_a_front_end_delay_shifts_what_the_client_sees_and_paces_a_closed_loop(e
 def test_a_front_end_delay_that_cannot_be_parsed_exits_2(command, value):
     code, _, err = run_cli([*command, "--model", "llama-3.1-8b", "--request-overhead", value])
     assert code == 2 and "--request-overhead" in err and "Traceback" not in err
+
+
+def test_a_very_low_rate_is_served_one_request_at_a_time():
+    # (days between requests: each alone, as at a light load; the peak second counted over
+    # the seconds that have tokens, not an array as long as the run)
+    r = _run(n=5, rate=1e-6)
+    assert r.metrics["completed"] == 5 and r.metrics["duration_s"] > 1e6
+    assert 0 < r.metrics["max_output_tokens_per_s"] <= int(r.served.output_tokens.max())
+    assert r.metrics["max_concurrent_requests"] == 1

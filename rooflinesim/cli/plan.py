@@ -111,7 +111,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
     from ..hardware import load_spec
     from ..serve.plan import load_prices, plan as run
     from ..serve.defaults import memory_fraction
-    from ..serve.traffic import datasets
+    from ..serve.traffic import check_span, datasets
 
     if math.isinf(rate) or rate > MAX_RATE:
         raise UserError(f"--rate must be a finite number of requests per second up to {MAX_RATE:g}")
@@ -125,6 +125,8 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
         from ..files import output_path
 
         output_path(plot, "HTML", force)
+    if math.isfinite(rate):  # (a workload no configuration could be simulated on: said once, not per configuration)
+        check_span(num_prompts / rate)
     prices = load_prices(prices_file)
     names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
     workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,

@@ -86,8 +86,10 @@ def summary(s: Served, slo_ms: dict | None = None, percentiles=PERCENTILES) -> d
     ends = steps + s.steps["duration_s"]
     mine = ends >= start
     if mine.any():  # (none where no step is logged: SGLang's decode pool takes no step for one-token requests)
-        per_s = np.bincount((ends[mine] - start).astype(np.int64), weights=s.steps["sampled"][mine])
-        out["max_output_tokens_per_s"] = float(per_s.max())
+        # (tokens sampled in each whole second from the start that has any: the seconds
+        # counted apart, as a run at a very low rate spans more seconds than it has steps)
+        _, second = np.unique((ends[mine] - start).astype(np.int64), return_inverse=True)
+        out["max_output_tokens_per_s"] = float(np.bincount(second.ravel(), weights=s.steps["sampled"][mine]).max())
     events = np.concatenate([np.stack([finish, np.full(finish.size, -1.0)], 1),
                              np.stack([arrival, np.ones(arrival.size)], 1)])
     events = events[np.lexsort((events[:, 1], events[:, 0]))]  # (by time, a finish first)

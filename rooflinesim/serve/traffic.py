@@ -41,6 +41,16 @@ MAX_TOKENS = 10_000_000  # tokens of one request's input or output
 # a trace file's size: public traces run to megabytes (Mooncake's FAST'25 traces, a day of
 # the Azure LLM inference traces), and a file of MAX_REQUESTS rows to a few hundred
 MAX_TRACE_BYTES = 256 * 1024 * 1024
+# the longest span of arrivals simulated: a clock in float64 seconds resolves 1e9 s to 1.2e-7 s
+MAX_SPAN_S = 1e9
+
+
+def check_span(span_s: float) -> None:
+    """Requests arriving over ``span_s`` seconds can be simulated, or one sentence why not."""
+    if not span_s <= MAX_SPAN_S:  # (nan and inf too: a rate so low that its gaps overflow)
+        raise UserError(f"the requests arrive over {span_s:.3g} s, more than the {MAX_SPAN_S:.0e} s (about 30 years) "
+                        f"over which the simulation's clock resolves a step to well under a microsecond: raise the "
+                        f"rate or send fewer requests")
 
 
 @dataclass(frozen=True)

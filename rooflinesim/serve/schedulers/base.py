@@ -38,7 +38,7 @@ import numpy as np
 
 from ...errors import UserError
 from ..metrics import Served
-from ..traffic import Requests
+from ..traffic import Requests, check_span
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,7 @@ class Sim:
             raise UserError(f"a request of {int(self.prompt[i] + self.output[i]):,} tokens needs {worst:,} KV blocks "
                             f"of {p.block_size} tokens; the KV cache holds {p.kv_blocks:,}")
         self.arrival = reqs.arrival_s.astype(float).copy()
+        check_span(float(self.arrival.max() - self.arrival.min()) if n else 0.0)
         self.sent = np.full(n, np.nan)  # when the client sends each request
         self.scheduled = np.full(n, np.nan)
         self.first = np.full(n, np.nan)
