@@ -135,6 +135,54 @@ def test_decode_stretches_take_the_steps_one_by_one_would(rate, kv, concurrency,
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences"))
 
 
+@pytest.mark.parametrize("rate, kv, concurrency, overlap", [
+    (5.0, None, None, True), (2.0, None, None, False), (5.0, None, 4, True), (20.0, 60_000, None, True),
+    (40.0, None, None, False)])
+def test_light_loads_in_lockstep_take_the_fast_paths_steps(rate, kv, concurrency, overlap, monkeypatch):
+    # (the fast paths' steps after either of them, taken on plain numbers: the same steps, KV
+    # blocks in use included, as the fast paths take them on arrays)
+    kw = dict(n=300, rate=rate, kv_tokens=kv, concurrency=concurrency, overlap_schedule=overlap)
+    finished = []
+    steps = vllm._Lockstep.steps
+
+    def counted(self, *args):
+        out = steps(self, *args)
+        finished.append(out[1])
+        return out
+
+    monkeypatch.setattr(vllm._Lockstep, "steps", counted)
+    fast = _run(**kw)
+    assert sum(finished) > 0  # (requests finished in lockstep)
+    monkeypatch.setattr(vllm.VllmV1, "lockstep", False)
+    slow = _run(**kw)
+    _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "sampled", "kv_blocks_used"))
+    assert np.array_equal(fast.served.steps["kv_blocks_used"], slow.served.steps["kv_blocks_used"])
+
+
+@pytest.mark.parametrize("rate, kv, concurrency, overlap", [
+    (5.0, None, None, True), (2.0, None, None, False), (5.0, None, 4, True), (20.0, 40_000, None, True)])
+def test_tensorrt_llm_in_lockstep_takes_its_loops_steps(rate, kv, concurrency, overlap, monkeypatch):
+    # (TensorRT-LLM's stretches and whole-prompt joins after a stretch, on plain numbers: the
+    # same steps as its loop takes them on arrays)
+    from rooflinesim.serve.schedulers import trtllm
+
+    kw = dict(n=200, rate=rate, kv_tokens=kv, concurrency=concurrency, overlap_schedule=overlap, engine="trtllm")
+    finished = []
+    steps = trtllm._Lockstep.steps
+
+    def counted(self, *args):
+        out = steps(self, *args)
+        finished.append(out[2])
+        return out
+
+    monkeypatch.setattr(trtllm._Lockstep, "steps", counted)
+    fast = _run(**kw)
+    assert sum(finished) > 0  # (requests finished in lockstep)
+    monkeypatch.setattr(base.Sim, "stretches", False)
+    slow = _run(**kw)
+    _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "sampled", "kv_blocks_used"))
+
+
 @pytest.mark.parametrize("rate, kv, concurrency, budget, overlap", [
     (5.0, None, None, None, True), (5.0, None, None, None, False), (math.inf, 80_000, None, None, True),
     (math.inf, None, 8, None, False), (30.0, 40_000, 64, 1536, True)])

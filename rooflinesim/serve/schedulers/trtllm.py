@@ -25,6 +25,7 @@ chunked context off, or MAX_UTILIZATION (``capacity_policy``) and chunked contex
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -48,6 +49,7 @@ class TrtLlm(Sim):
         reserved = 0  # guaranteed_no_evict: KV blocks reserved to completion for the active requests
         done = 0
         utilize = p.capacity_policy == "max_utilization"
+        light = self.stretches and not utilize and not p.chunked_context
         if not p.chunked_context:
             for i in range(n):
                 if self.prompt[i] > p.max_num_batched_tokens:
@@ -64,6 +66,10 @@ class TrtLlm(Sim):
                 if took is not None:
                     active, reserved, finished = took
                     done += finished
+                    if light and active.size:  # (the steps after it in lockstep, while they are of two kinds)
+                        active, reserved, finished = _Lockstep(self, active, computed, gen, tokens).steps(
+                            waiting, context, reserved, n - done)
+                        done += finished
                     continue
             joined = []
             if utilize:  # (the executor holds up to max_batch_size requests; the capacity scheduler picks)
@@ -237,3 +243,144 @@ class TrtLlm(Sim):
         give[chunked] = c
         keep = give > 0
         return f[keep], give[keep]
+
+
+class _Lockstep:
+    """``TrtLlm.run``'s loop while each step it takes, under guaranteed_no_evict and without
+    chunked context, is a decode stretch (``_decode_stretch``) or a general step in which every
+    waiting request is admitted and joins with its whole prompt beside a decode of every active
+    request, with the active requests kept as plain numbers (as vLLM's ``_Lockstep``): each
+    active request computes and samples one token a step, so one count of the steps (``g``)
+    gives its tokens from two numbers fixed when it joined. The same steps in the same order,
+    priced from the same whole numbers; where the next step is of neither kind, the arrays get
+    their values back and the loop goes on."""
+
+    def __init__(self, sim: "TrtLlm", active: np.ndarray, computed, gen, tokens):
+        self.sim, self.computed, self.gen, self.tokens = sim, computed, gen, tokens
+        self.g = 0
+        self.ids = active.tolist()
+        self.cbase = computed[active].tolist()
+        self.gbase = gen[active].tolist()
+        self.ends = (sim.output[active] - gen[active]).tolist()  # (the g at which each has all its output)
+        self.total = sum(self.cbase)
+        self.last = float(sim.last_token[active[0]])  # (every one's last token time)
+
+    def steps(self, waiting, context, reserved: int, unfinished: int) -> tuple:
+        """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
+        (The active requests, the blocks reserved, how many finished.)"""
+        sim, done = self.sim, 0
+        a = np.array(self.ids, dtype=np.int64)
+        if bool(context[a].any()) or bool((sim.last_token[a] != self.last).any()) \
+                or bool((self.tokens[a] - self.computed[a] != 1).any()):
+            return a, reserved, 0  # (not in lockstep: the loop's general step goes on)
+        while done < unfinished:
+            sim.send_due(waiting)
+            if not waiting and not self.ids:
+                sim.idle(sim.due())
+                continue
+            if waiting:
+                took = self._join(waiting, context, reserved)
+            elif self.ids:
+                took = self._stretch(reserved)
+            else:
+                took = None
+            if took is None:
+                break
+            reserved, finished = took
+            done += finished
+        return self._back(context), reserved, done
+
+    def _join(self, waiting, context, reserved: int):
+        """The loop's general step where every waiting request is admitted and fits the step
+        whole: (the blocks reserved after it, how many finished), or None."""
+        sim = self.sim
+        p, bs, g = sim.p, sim.p.block_size, self.g
+        n = len(self.ids)
+        ids = list(waiting)
+        if n + len(ids) > p.max_num_seqs:
+            return None
+        prompts = [int(self.tokens[i]) for i in ids]
+        if n + sum(prompts) > p.max_num_batched_tokens or any(self.computed[i] for i in ids):
+            return None
+        need = sum([-(-(int(sim.prompt[i]) + int(sim.output[i])) // bs) for i in ids])
+        if reserved + need > p.kv_blocks:
+            return None
+        waiting.clear()
+        reserved += need
+        m, now = n + len(ids), sim.now
+        prompt_tokens = sum(prompts)
+        for i in ids:
+            if math.isnan(sim.scheduled[i]):
+                sim.scheduled[i] = now
+        dur = sim.steps.step_s(n, (self.total + n * g + n) / n if n else 0.0, len(ids), prompt_tokens,
+                               sum([t * t for t in prompts]) / prompt_tokens, m) + p.step_overhead_s
+        sim.record(now, dur, n + prompt_tokens, m, reserved, m)
+        sim.now = now = now + dur
+        self.g = g = g + 1
+        gaps = [now - self.last] * n
+        for i, t in zip(ids, prompts):
+            had = int(self.gen[i])
+            context[i] = False
+            self.ids.append(i)
+            self.cbase.append(t - g)
+            self.gbase.append(had + 1 - g)
+            self.ends.append(int(sim.output[i]) - had - 1 + g)
+            self.total += t - g
+            if had:
+                gaps.append(now - float(sim.last_token[i]))
+            else:
+                sim.first[i] = now
+        if gaps:
+            sim.itl.append((gaps, 1))
+        self.last = now
+        return self._finish(reserved)
+
+    def _stretch(self, reserved: int):
+        """``_decode_stretch`` under guaranteed_no_evict: (the blocks reserved after it, how
+        many finished), or None."""
+        sim = self.sim
+        p, g = sim.p, self.g
+        n = len(self.ids)
+        if n > min(p.max_num_seqs, p.max_num_batched_tokens):
+            return None
+        due = sim.due()
+        k = sim.steps_before_due(min(self.ends) - g, n, due)
+        if k < 1:
+            return None
+        dur = sim.steps.decode_steps(n, float(self.total + n * g) / n + np.arange(1, k + 1)) + p.step_overhead_s
+        k, ends = sim.until_due(dur, due)
+        dur = dur[:k]
+        ends = sim.record_run(dur, n, np.full(k, reserved), ends)
+        sim.itl.append(([float(ends[0]) - self.last], n))
+        if k > 1:
+            sim.itl.append((dur[1:], n))
+        self.g += k
+        self.last = sim.now
+        return self._finish(reserved)
+
+    def _finish(self, reserved: int) -> tuple:
+        """Requests with all their output leave now (``_ended``): (the blocks reserved, how many)."""
+        sim, g = self.sim, self.g
+        going = [r for r, e in enumerate(self.ends) if e <= g]
+        if not going:
+            return reserved, 0
+        for r in reversed(going):
+            i = self.ids[r]
+            sim.finish[i] = sim.last_token[i] = self.last
+            sim.generated[i] = self.gbase[r] + g
+            reserved -= -(-(int(sim.prompt[i]) + int(sim.output[i])) // sim.p.block_size)
+            self.total -= self.cbase[r]
+            del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
+        sim.release(len(going))
+        return reserved, len(going)
+
+    def _back(self, context) -> np.ndarray:
+        """The arrays' values from the numbers; the active requests."""
+        a = np.array(self.ids, dtype=np.int64)
+        g = self.g
+        self.computed[a] = np.array(self.cbase, dtype=np.int64) + g
+        self.gen[a] = np.array(self.gbase, dtype=np.int64) + g
+        self.tokens[a] = self.computed[a] + 1
+        self.sim.last_token[a] = self.last
+        context[a] = False
+        return a

@@ -108,6 +108,7 @@ class VllmV1(Sim):
         waiting: deque = deque()
         run = Running()
         done = 0
+        light = self.lockstep and self.group is None  # (the prefix cache's bookkeeping is _schedule's)
         while done < n:
             self.send_due(waiting)
             if not waiting and run.size == 0:
@@ -119,10 +120,16 @@ class VllmV1(Sim):
                 if took is not None:
                     free, finished = took
                     done += finished
+                    if light:  # (the steps after it in lockstep, while they are of these two kinds)
+                        free, finished = _Lockstep(self, run).steps(waiting, tokens, gen, free, n - done)
+                        done += finished
                     continue
             if self.stretches and run.size and self._decode_stretch(run, want, waiting, tokens, free):
                 done += self._finish(run, tokens, gen)
                 free = self.free_blocks(run)
+                if light and run.size:
+                    free, finished = _Lockstep(self, run).steps(waiting, tokens, gen, free, n - done)
+                    done += finished
                 continue
             want, give, free = self._schedule(run, want, waiting, tokens, gen, free)
             if not _count(give):  # (nothing fits: only a finishing request can free room)
@@ -147,6 +154,8 @@ class VllmV1(Sim):
                 done += finished
                 free = self.free_blocks(run)
         return self.served()
+
+    lockstep = True  # (the two fast paths' steps taken by _Lockstep after either; off where a subclass changes them)
 
     def _whole_prompts_step(self, run: Running, want, waiting, tokens, gen, free):
         """The step ``_schedule`` and the loop would take, the common case at a light load
@@ -399,6 +408,216 @@ class VllmV1(Sim):
                 return give, need, free
 
 
+class _Lockstep:
+    """``VllmV1.run``'s loop while each step it takes is one of its two fast paths
+    (``_whole_prompts_step``, ``_decode_stretch``), with the running requests kept as plain
+    numbers. After either path every running request has one token to compute (its next
+    decode), its KV blocks those of its computed tokens and the same last token time; each
+    step of either path keeps that so, every running request computing and sampling one token
+    a step. So one count of the steps taken since (``g``) gives each request's computed and
+    generated tokens from two numbers of its own fixed when it joined, a step's inputs are
+    sums kept up to date, and a request is touched only when it joins or finishes: numpy is
+    called for a stretch's steps, not for the few requests of a light load, on which a call
+    costs more than Python's arithmetic. The same steps in the same order, each priced from
+    the same whole numbers (``_the_same_steps`` in the tests); where the next step is neither
+    kind, ``run`` gets its arrays back and the loop goes on."""
+
+    def __init__(self, sim: "VllmV1", run: Running):
+        self.sim, self.run = sim, run
+        self.g = 0
+        self.ids = run.id.tolist()
+        self.cbase = run.computed.tolist()  # (computed tokens, less g)
+        self.gbase = run.generated.tolist()  # (generated tokens, less g)
+        self.ends = (run.output - run.generated).tolist()  # (the g at which each has all its output)
+        self.total = sum(self.cbase)  # (their sum)
+        self.last = float(run.last[0]) if run.size else sim.now  # (every one's last token time)
+
+    def steps(self, waiting, tokens, gen, free: int, unfinished: int) -> tuple:
+        """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
+        (The free blocks, how many finished.)"""
+        sim, done = self.sim, 0
+        run = self.run
+        if run.size and (bool((run.last != self.last).any()) or bool((run.tokens - run.computed != 1).any())
+                         or bool((run.generated < 1).any())
+                         or bool((run.held != -(-run.computed // sim.p.block_size)).any())):
+            return free, 0  # (not in lockstep: the loop's general step goes on)
+        while done < unfinished:
+            sim.send_due(waiting)
+            if not waiting and not self.ids:
+                sim.idle(sim.due())
+                self.last = sim.now
+                continue
+            if waiting:
+                took = self._join(waiting, tokens, gen, free)
+                if took is not None:
+                    free, finished = took
+                    done += finished
+                    continue
+            if self.ids:
+                took = self._stretch(waiting, tokens, free)
+                if took is not None:
+                    free, finished = took
+                    done += finished
+                    continue
+            break
+        self._back()
+        return free, done
+
+    def _blocks_held(self) -> int:
+        """The KV blocks the running requests hold: those of their computed tokens."""
+        bs, g = self.sim.p.block_size, self.g
+        return sum([-(-(c + g) // bs) for c in self.cbase])
+
+    def _join(self, waiting, tokens, gen, free: int):
+        """``_whole_prompts_step`` with its ``_sampled_all``: (the free blocks after it, how
+        many finished), or None where it does not apply."""
+        sim = self.sim
+        p, bs, g = sim.p, sim.p.block_size, self.g
+        n = len(self.ids)
+        if len(waiting) + n > p.max_num_seqs:
+            return None
+        need = sum([1 for c in self.cbase if (c + g) % bs == 0])  # (a block more for one token more)
+        left = free - need
+        budget = p.max_num_batched_tokens - n
+        if left < 0 or budget < 1:
+            return None
+        ids = list(waiting)
+        prompts = [int(tokens[i]) for i in ids]
+        blocks = [-(-t // bs) for t in prompts]
+        prompt_tokens, prompt_blocks = sum(prompts), sum(blocks)
+        if prompt_tokens > budget or prompt_blocks > left:
+            return None
+        waiting.clear()
+        m = n + len(ids)
+        now = sim.now
+        total = self.total + n * g
+        dur = sim.steps.step_s(n, (total + n) / n if n else 0.0, len(ids), prompt_tokens,
+                               sum([t * t for t in prompts]) / prompt_tokens, m) + p.step_overhead_s
+        left -= prompt_blocks
+        for i in ids:
+            if math.isnan(sim.scheduled[i]):
+                sim.scheduled[i] = now
+        sim.looked_up(prompt_tokens, 0)
+        sim.record(now, dur, n + prompt_tokens, m, p.kv_blocks - left, m)
+        sim.now = now = now + dur
+        self.g = g = g + 1  # (a token computed and one sampled for each running request)
+        gaps = [now - self.last] * n  # (each running request's gap, then a recomputed one's own)
+        for i, t in zip(ids, prompts):
+            had = int(gen[i])
+            self.ids.append(i)
+            self.cbase.append(t - g)  # (its whole known tokens computed)
+            self.gbase.append(had + 1 - g)
+            self.ends.append(int(sim.output[i]) - had - 1 + g)
+            self.total += t - g
+            if had:
+                gaps.append(now - float(sim.last_token[i]))
+            else:
+                sim.first[i] = now
+        if gaps:
+            sim.itl.append((gaps, 1))
+        self.last = now
+        if min(self.ends) <= g:
+            finished = self._finish(None)
+            return p.kv_blocks - self._blocks_held(), finished
+        return left, 0
+
+    def _stretch(self, waiting, tokens, free: int):
+        """``_decode_stretch`` and the ``_finish`` after it: (the free blocks, how many
+        finished), or None where it does not apply (also where the blocks may run out within
+        it, which ``_decode_stretch`` counts step by step)."""
+        sim = self.sim
+        p, bs, g = sim.p, sim.p.block_size, self.g
+        n = len(self.ids)
+        if waiting and n < p.max_num_seqs:
+            want = min(int(tokens[waiting[0]]), p.max_num_batched_tokens - n)
+            if want > 0 and -(-want // bs) <= free:
+                return None
+        first, last = min(self.ends) - g, max(self.ends) - g
+        k = last if not waiting and sim.slots is None else first
+        due = sim.due()
+        k = sim.steps_before_due(k, n if k == first else 1, due)
+        if k < 1 or n * (k // bs + 1) > free:
+            return None
+        j = np.arange(1, k + 1)
+        total = self.total + n * g
+        host = p.step_overhead_s
+        if k <= first:  # (the same batch throughout)
+            dur = sim.steps.decode_steps(n, total / n + j)
+            dur = dur + host if host else dur
+            parts = [(k, n)]  # (runs of steps with their batch size)
+        else:  # (the batch shrinks as requests finish: each step over those still running)
+            order = sorted(range(n), key=self.ends.__getitem__)  # (stable, as _decode_stretch's argsort)
+            parts, a, at, held = [], 0, sim.now, total
+            for r in range(n):
+                b = min(self.ends[order[r]] - g, k)
+                if b > a:
+                    d = sim.steps.decode_steps(n - r, held / (n - r) + j[a:b])
+                    d = d + host if host else d
+                    parts.append((d, n - r))
+                    at += float(_sum(d))
+                    a = b
+                    if a == k or at >= due:
+                        break
+                held -= self.cbase[order[r]] + g
+            dur = np.concatenate([d for d, _ in parts])
+            k, j = dur.size, j[:dur.size]
+            parts = [(d.size, m) for d, m in parts]
+        k, ends = sim.until_due(dur, due)
+        dur, j = dur[:k], j[:k]
+        # (blocks in use over the stretch, those of the requests still running at its end: exact
+        # at its ends, in between a straight line)
+        before = p.kv_blocks - free
+        kept = [(-(-(c + g + k) // bs), e - g == k) for c, e in zip(self.cbase, self.ends) if e - g >= k]
+        after = sum([h for h, _ in kept])
+        size = n if len(parts) == 1 else sum((array("q", [m]) * length for length, m in parts), array("q"))[:k]
+        ends = sim.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64), ends)
+        sim.itl.append(([float(ends[0]) - self.last], n))  # (each request's gap to the stretch's first token,
+        a = 0  # then every later step's, once for each request it serves)
+        for length, m in parts:
+            lo, hi = max(a, 1), min(a + length, k)
+            if hi > lo:
+                sim.itl.append((dur[lo:hi], m))
+            a += length
+        self.last = sim.now
+        if first > k:  # (none finishes: the blocks in use are the stretch's last step's)
+            self.g = g + k
+            return p.kv_blocks - after, 0
+        finished = self._finish([r for r in range(n) if self.ends[r] - g <= k], ends, k)
+        self.g = g + k
+        return p.kv_blocks - after + sum([h for h, now in kept if now]), finished  # (those ending now freed)
+
+    def _finish(self, going, ends=None, k: int = 0) -> int:
+        """Requests that have all their output leave (``_finish``): after a join those whose
+        output ends now (``going`` None), after a stretch of ``k`` steps ending at ``ends``
+        those of rows ``going`` (their last token at their own step)."""
+        sim, g = self.sim, self.g
+        if going is None:
+            going = [r for r in range(len(self.ids)) if self.ends[r] <= g]
+        for r in going:
+            i = self.ids[r]
+            steps = min(self.ends[r] - g, k) if ends is not None else 0
+            t = float(ends[steps - 1]) if ends is not None else self.last
+            sim.finish[i] = sim.last_token[i] = t
+            sim.generated[i] = self.gbase[r] + g + steps
+        for r in reversed(going):  # (the rows in order: the later first)
+            self.total -= self.cbase[r]
+            del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
+        sim.release(len(going))
+        return len(going)
+
+    def _back(self) -> None:
+        """``run``'s arrays from the numbers."""
+        run, g, bs = self.run, self.g, self.sim.p.block_size
+        computed = np.array(self.cbase, dtype=np.int64) + g
+        run.id = np.array(self.ids, dtype=np.int64)
+        run.computed = computed
+        run.tokens = computed + 1
+        run.held = -(-computed // bs)
+        run.generated = np.array(self.gbase, dtype=np.int64) + g
+        run.output = self.sim.output[run.id]
+        run.last = np.full(run.id.size, self.last)
+
+
 class VllmV1Decode(VllmV1):
     """vLLM v1 as the decode instance of a disaggregated pair (its NixlConnector,
     vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py): each request's prompt
@@ -478,6 +697,8 @@ class VllmV1Decode(VllmV1):
         pulling = self.pulled[self.remote & (self.pulled > self.now)]
         later = min(float(pulling.min()) if pulling.size else math.inf, self.due())
         return None if math.isinf(later) else later
+
+    lockstep = False  # (its fast paths are its own)
 
     def _whole_prompts_step(self, run: Running, want, waiting, tokens, gen, free):
         return None  # (a waiting request may still pull its KV: _admit decides)
