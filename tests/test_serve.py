@@ -161,26 +161,32 @@ def test_light_loads_in_lockstep_take_the_fast_paths_steps(rate, kv, concurrency
 
 @pytest.mark.parametrize("rate, kv, concurrency, overlap", [
     (5.0, None, None, True), (2.0, None, None, False), (5.0, None, 4, True), (20.0, 40_000, None, True)])
-def test_tensorrt_llm_in_lockstep_takes_its_loops_steps(rate, kv, concurrency, overlap, monkeypatch):
-    # (TensorRT-LLM's stretches and whole-prompt joins after a stretch, on plain numbers: the
-    # same steps as its loop takes them on arrays)
-    from rooflinesim.serve.schedulers import trtllm
+@pytest.mark.parametrize("engine_name", ["trtllm", "sglang"])
+def test_other_engines_in_lockstep_take_their_loops_steps(rate, kv, concurrency, overlap, engine_name, monkeypatch):
+    # (TensorRT-LLM's stretches and whole-prompt joins after a stretch, SGLang's stretches and
+    # prefill batches of whole prompts after one, on plain numbers: the same steps as their
+    # loops take them on arrays)
+    from rooflinesim.serve.schedulers import sglang, trtllm
 
-    kw = dict(n=200, rate=rate, kv_tokens=kv, concurrency=concurrency, overlap_schedule=overlap, engine="trtllm")
+    kw = dict(n=200, rate=rate, kv_tokens=kv, concurrency=concurrency, overlap_schedule=overlap, engine=engine_name)
+    if engine_name == "sglang":
+        kw.update(cuda_graph_max_bs=16)  # (past it, decode steps paced by the host)
     finished = []
-    steps = trtllm._Lockstep.steps
+    lockstep = {"trtllm": trtllm, "sglang": sglang}[engine_name]._Lockstep
+    steps = lockstep.steps
 
     def counted(self, *args):
         out = steps(self, *args)
         finished.append(out[2])
         return out
 
-    monkeypatch.setattr(trtllm._Lockstep, "steps", counted)
+    monkeypatch.setattr(lockstep, "steps", counted)
     fast = _run(**kw)
     assert sum(finished) > 0  # (requests finished in lockstep)
     monkeypatch.setattr(base.Sim, "stretches", False)
     slow = _run(**kw)
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "sampled", "kv_blocks_used"))
+    assert fast.served.eager_decode_steps == slow.served.eager_decode_steps
 
 
 @pytest.mark.parametrize("rate, kv, concurrency, budget, overlap", [

@@ -36,6 +36,7 @@ from ...errors import UserError
 from ..metrics import Served
 from ..traffic import Requests
 from .base import EngineParams, _min, Sim, _sum
+from .lockstep import Lockstep
 
 
 SGLANG_CLIP_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
@@ -141,6 +142,10 @@ class SGLang(Sim):
                 if took is not None:
                     used, ratio, finished = took
                     done += finished
+                    if self.group is None and running:  # (the steps after it in lockstep, while they are of two kinds)
+                        used, ratio, finished = _Lockstep(self, running, tokens, computed, gen).steps(
+                            waiting, used, capacity, ratio, n - done)
+                        done += finished
                     continue
             if capacity - used < len(running):
                 used, ratio = self._retract(running, waiting, tokens, computed, gen, used, capacity)
@@ -270,6 +275,152 @@ class SGLang(Sim):
         ratio = min(1.0, (sum(int(gen[i]) for i in running) + SGLANG_RETRACT_STEPS * len(running)) / wanted) \
             if wanted else SGLANG_RATIO_INIT
         return used, ratio
+
+
+class _Lockstep(Lockstep):
+    """``SGLang.run``'s loop while each step it takes is a decode stretch (``_decode_stretch``)
+    or a prefill batch of whole prompts, with the running requests kept as plain numbers (as
+    vLLM's ``_Lockstep``): a decode step gives every running request one token computed and
+    sampled, so one count of the decode steps (``g``) gives each its tokens from two numbers
+    fixed when it joined, and a prefill batch touches only the requests it admits. The same
+    steps in the same order, priced from the same whole numbers; where the next step is of
+    neither kind (a prompt cut to the chunk budget, a prefill that cannot be formed while
+    requests wait, a retraction), the arrays get their values back and the loop goes on."""
+
+    def __init__(self, sim: "SGLang", running: list, tokens, computed, gen):
+        super().__init__(sim, running, [int(computed[i]) for i in running], [int(gen[i]) for i in running])
+        self.running, self.tokens, self.computed, self.gen = running, tokens, computed, gen
+        self.lasts = [float(sim.last_token[i]) for i in self.ids]  # (each one's last token time)
+
+    def steps(self, waiting, used: int, capacity: int, ratio: float, unfinished: int) -> tuple:
+        """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
+        (The KV tokens held, the ratio, how many finished.)"""
+        sim, done = self.sim, 0
+        if any(int(self.tokens[i]) - c != 1 for i, c in zip(self.ids, self.cbase)):
+            return used, ratio, 0  # (not in lockstep: the loop's general step goes on)
+        while done < unfinished:
+            sim.send_due(waiting)
+            if not waiting and not self.ids:
+                sim.idle(sim._idle_until())
+                ratio = SGLANG_RATIO_INIT
+                continue
+            if waiting:
+                took = self._prefill(waiting, used, capacity, ratio)
+            else:
+                took = self._stretch(used, capacity, ratio)
+            if took is None:
+                break
+            used, ratio, finished = took
+            done += finished
+        self._back()
+        return used, ratio, done
+
+    def _prefill(self, waiting, used: int, capacity: int, ratio: float):
+        """The loop's prefill batch where every prompt it takes is whole: (the KV tokens held,
+        the ratio, how many finished), or None (nothing taken, or a prompt cut)."""
+        sim = self.sim
+        p, g, tokens = sim.p, self.g, self.tokens
+        reserved = float(sum([min(e - g, SGLANG_CLIP_NEW_TOKENS) for e in self.ends])) * ratio
+        rem_total, rem_input, rem_chunk = capacity - used - reserved, p.max_prefill_tokens, p.max_num_batched_tokens
+        room = p.max_num_seqs - len(self.ids)
+        batch = []
+        for i in waiting:  # (first as the loop forms it, nothing changed)
+            if room <= 0 or rem_chunk <= 0:
+                break
+            extend = int(tokens[i] - self.computed[i])
+            wants = min(int(sim.output[i] - self.gen[i]), SGLANG_CLIP_NEW_TOKENS)
+            if extend + wants >= rem_total or (extend >= rem_input and batch):
+                break
+            if extend > rem_chunk or self.computed[i]:
+                return None  # (cut to the chunk budget, or part computed: the loop's way)
+            batch.append(i)
+            rem_total -= extend + wants
+            rem_input -= extend
+            rem_chunk -= extend
+            room -= 1
+        if not batch:
+            return None
+        now = sim.now
+        prompts = [int(tokens[i]) for i in batch]
+        for i, t in zip(batch, prompts):
+            waiting.popleft()
+            sim.found(i, t, 0, (0, 0), t)
+            if math.isnan(sim.scheduled[i]):
+                sim.scheduled[i] = now
+        total = sum(prompts)
+        dur = sim.steps.step_s(0, 0.0, len(batch), total, sum([t * t for t in prompts]) / total, len(batch))
+        if p.prefill_host_s:
+            dur = joined(p.prefill_host_s, dur, sim.steps.profile)
+        dur += p.step_overhead_s
+        sim.record(now, dur, total, len(batch), -(-(used + total) // p.block_size), len(batch))
+        sim.now = now = now + dur
+        used += total
+        finished = 0
+        for i, t in zip(batch, prompts):  # (each samples its first token, or one more once retracted)
+            had = int(self.gen[i])
+            gap = self.join(i, t, had, now)
+            if gap is not None:
+                sim.itl.append(([gap], 1))
+            self.lasts.append(now)
+            if had + 1 >= sim.output[i]:  # (its last token: it leaves at once)
+                self.drop(len(self.ids) - 1)
+                self.lasts.pop()
+                self.gen[i], self.tokens[i], self.computed[i] = had + 1, t + 1, 0
+                sim.last_token[i] = sim.finish[i] = now
+                sim.generated[i] = had + 1
+                sim.release(1)
+                used -= t
+                finished += 1
+        return used, ratio, finished
+
+    def _stretch(self, used: int, capacity: int, ratio: float):
+        """``_decode_stretch``: (the KV tokens held, the ratio, how many finished), or None."""
+        sim = self.sim
+        p, g = sim.p, self.g
+        n = len(self.ids)
+        k = min(min(self.ends) - g, (capacity - used) // n)
+        due = sim.due()
+        k = sim.steps_before_due(k, n, due)
+        if k < 1:
+            return None
+        j = np.arange(1, k + 1)
+        dur, past = sim._paced(n, sim.steps.decode_steps(n, float(self.total + n * g) / n + j))
+        k, ends = sim.until_due(dur, due)
+        dur, j = dur[:k], j[:k]
+        sim.eager_decode_steps += k if past else 0
+        ends = sim.record_run(dur, n, -(-(used + n * j) // p.block_size), ends)
+        e0 = float(ends[0])
+        sim.itl.append(([e0 - t for t in self.lasts], 1))
+        if k > 1:
+            sim.itl.append((dur[1:], n))
+        used += n * k
+        for _ in range(k):  # (step by step, as the loop takes it: the same floats)
+            if ratio == SGLANG_RATIO_MIN:
+                break
+            ratio = max(SGLANG_RATIO_MIN, ratio - SGLANG_RATIO_DECAY)
+        self.g = g = g + k
+        now = sim.now
+        self.lasts = [now] * n
+        going = [r for r, e in enumerate(self.ends) if e <= g]
+        for r in reversed(going):  # (their last token in the stretch's last step)
+            i = self.ids[r]
+            sim.finish[i] = sim.last_token[i] = now
+            sim.generated[i] = self.gbase[r] + g
+            self.gen[i], self.tokens[i], self.computed[i] = self.gbase[r] + g, self.cbase[r] + g + 1, 0
+            used -= self.cbase[r] + g
+            self.drop(r)
+            del self.lasts[r]
+        if going:
+            sim.release(len(going))
+        return used, ratio, len(going)
+
+    def _back(self) -> None:
+        """The arrays' values from the numbers; the running list."""
+        g = self.g
+        for i, c, b, t in zip(self.ids, self.cbase, self.gbase, self.lasts):
+            self.computed[i], self.gen[i], self.tokens[i] = c + g, b + g, c + g + 1
+            self.sim.last_token[i] = t
+        self.running[:] = self.ids
 
 
 SGLANG_DECODE_RESERVED_TOKENS = 512  # num_reserved_decode_tokens: KV kept per decoding request for its growth

@@ -33,6 +33,7 @@ import numpy as np
 from ...errors import UserError
 from ..metrics import Served
 from .base import _blocks, _count, _max, _min, Sim, _sum
+from .lockstep import Lockstep
 
 
 class TrtLlm(Sim):
@@ -245,7 +246,7 @@ class TrtLlm(Sim):
         return f[keep], give[keep]
 
 
-class _Lockstep:
+class _Lockstep(Lockstep):
     """``TrtLlm.run``'s loop while each step it takes, under guaranteed_no_evict and without
     chunked context, is a decode stretch (``_decode_stretch``) or a general step in which every
     waiting request is admitted and joins with its whole prompt beside a decode of every active
@@ -256,13 +257,8 @@ class _Lockstep:
     their values back and the loop goes on."""
 
     def __init__(self, sim: "TrtLlm", active: np.ndarray, computed, gen, tokens):
-        self.sim, self.computed, self.gen, self.tokens = sim, computed, gen, tokens
-        self.g = 0
-        self.ids = active.tolist()
-        self.cbase = computed[active].tolist()
-        self.gbase = gen[active].tolist()
-        self.ends = (sim.output[active] - gen[active]).tolist()  # (the g at which each has all its output)
-        self.total = sum(self.cbase)
+        super().__init__(sim, active.tolist(), computed[active].tolist(), gen[active].tolist())
+        self.computed, self.gen, self.tokens = computed, gen, tokens
         self.last = float(sim.last_token[active[0]])  # (every one's last token time)
 
     def steps(self, waiting, context, reserved: int, unfinished: int) -> tuple:
@@ -319,17 +315,10 @@ class _Lockstep:
         self.g = g = g + 1
         gaps = [now - self.last] * n
         for i, t in zip(ids, prompts):
-            had = int(self.gen[i])
             context[i] = False
-            self.ids.append(i)
-            self.cbase.append(t - g)
-            self.gbase.append(had + 1 - g)
-            self.ends.append(int(sim.output[i]) - had - 1 + g)
-            self.total += t - g
-            if had:
-                gaps.append(now - float(sim.last_token[i]))
-            else:
-                sim.first[i] = now
+            gap = self.join(i, t, int(self.gen[i]), now)
+            if gap is not None:
+                gaps.append(gap)
         if gaps:
             sim.itl.append((gaps, 1))
         self.last = now
@@ -369,8 +358,7 @@ class _Lockstep:
             sim.finish[i] = sim.last_token[i] = self.last
             sim.generated[i] = self.gbase[r] + g
             reserved -= -(-(int(sim.prompt[i]) + int(sim.output[i])) // sim.p.block_size)
-            self.total -= self.cbase[r]
-            del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
+            self.drop(r)
         sim.release(len(going))
         return reserved, len(going)
 

@@ -37,6 +37,7 @@ from ...errors import UserError
 from ..metrics import Served
 from ..traffic import Requests
 from .base import EngineParams, _blocks, _bounds, _count, _cumsum, Running, Sim, _sum, _total
+from .lockstep import Lockstep
 
 
 CASCADE_MIN_PREFIX = 256  # vLLM's use_cascade_attention: a shorter common prefix is not worth a second kernel
@@ -408,7 +409,7 @@ class VllmV1(Sim):
                 return give, need, free
 
 
-class _Lockstep:
+class _Lockstep(Lockstep):
     """``VllmV1.run``'s loop while each step it takes is one of its two fast paths
     (``_whole_prompts_step``, ``_decode_stretch``), with the running requests kept as plain
     numbers. After either path every running request has one token to compute (its next
@@ -423,13 +424,8 @@ class _Lockstep:
     kind, ``run`` gets its arrays back and the loop goes on."""
 
     def __init__(self, sim: "VllmV1", run: Running):
-        self.sim, self.run = sim, run
-        self.g = 0
-        self.ids = run.id.tolist()
-        self.cbase = run.computed.tolist()  # (computed tokens, less g)
-        self.gbase = run.generated.tolist()  # (generated tokens, less g)
-        self.ends = (run.output - run.generated).tolist()  # (the g at which each has all its output)
-        self.total = sum(self.cbase)  # (their sum)
+        super().__init__(sim, run.id.tolist(), run.computed.tolist(), run.generated.tolist())
+        self.run = run
         self.last = float(run.last[0]) if run.size else sim.now  # (every one's last token time)
 
     def steps(self, waiting, tokens, gen, free: int, unfinished: int) -> tuple:
@@ -502,17 +498,10 @@ class _Lockstep:
         sim.now = now = now + dur
         self.g = g = g + 1  # (a token computed and one sampled for each running request)
         gaps = [now - self.last] * n  # (each running request's gap, then a recomputed one's own)
-        for i, t in zip(ids, prompts):
-            had = int(gen[i])
-            self.ids.append(i)
-            self.cbase.append(t - g)  # (its whole known tokens computed)
-            self.gbase.append(had + 1 - g)
-            self.ends.append(int(sim.output[i]) - had - 1 + g)
-            self.total += t - g
-            if had:
-                gaps.append(now - float(sim.last_token[i]))
-            else:
-                sim.first[i] = now
+        for i, t in zip(ids, prompts):  # (its whole known tokens computed)
+            gap = self.join(i, t, int(gen[i]), now)
+            if gap is not None:
+                gaps.append(gap)
         if gaps:
             sim.itl.append((gaps, 1))
         self.last = now
@@ -600,8 +589,7 @@ class _Lockstep:
             sim.finish[i] = sim.last_token[i] = t
             sim.generated[i] = self.gbase[r] + g + steps
         for r in reversed(going):  # (the rows in order: the later first)
-            self.total -= self.cbase[r]
-            del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
+            self.drop(r)
         sim.release(len(going))
         return len(going)
 
