@@ -9,6 +9,8 @@ than Python's arithmetic. The schedulers' tests hold each lockstep to the steps 
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class Lockstep:
     """The running requests ``ids`` with their computed and generated tokens, as numbers."""
@@ -19,7 +21,8 @@ class Lockstep:
         self.ids = list(ids)
         self.cbase = list(computed)  # (computed tokens, less g)
         self.gbase = list(generated)  # (generated tokens, less g)
-        self.ends = [int(sim.output[i]) - b for i, b in zip(self.ids, self.gbase)]  # (the g at which each is done)
+        # (the g at which each is done)
+        self.ends = (sim.output[np.array(self.ids, dtype=np.int64)] - np.array(self.gbase, dtype=np.int64)).tolist()
         self.total = sum(self.cbase)  # (their sum)
 
     def join(self, i: int, known: int, had: int, now: float):

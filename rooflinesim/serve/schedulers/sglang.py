@@ -288,15 +288,17 @@ class _Lockstep(Lockstep):
     requests wait, a retraction), the arrays get their values back and the loop goes on."""
 
     def __init__(self, sim: "SGLang", running: list, tokens, computed, gen):
-        super().__init__(sim, running, [int(computed[i]) for i in running], [int(gen[i]) for i in running])
+        ids = np.array(running, dtype=np.int64)
+        super().__init__(sim, running, computed[ids].tolist(), gen[ids].tolist())
         self.running, self.tokens, self.computed, self.gen = running, tokens, computed, gen
-        self.lasts = [float(sim.last_token[i]) for i in self.ids]  # (each one's last token time)
+        self.lasts = sim.last_token[ids].tolist()  # (each one's last token time)
+        self.rows = ids
 
     def steps(self, waiting, used: int, capacity: int, ratio: float, unfinished: int) -> tuple:
         """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
         (The KV tokens held, the ratio, how many finished.)"""
         sim, done = self.sim, 0
-        if any(int(self.tokens[i]) - c != 1 for i, c in zip(self.ids, self.cbase)):
+        if bool((self.tokens[self.rows] - self.computed[self.rows] != 1).any()):
             return used, ratio, 0  # (not in lockstep: the loop's general step goes on)
         while done < unfinished:
             sim.send_due(waiting)
@@ -416,10 +418,11 @@ class _Lockstep(Lockstep):
 
     def _back(self) -> None:
         """The arrays' values from the numbers; the running list."""
-        g = self.g
-        for i, c, b, t in zip(self.ids, self.cbase, self.gbase, self.lasts):
-            self.computed[i], self.gen[i], self.tokens[i] = c + g, b + g, c + g + 1
-            self.sim.last_token[i] = t
+        ids, g = np.array(self.ids, dtype=np.int64), self.g
+        computed = np.array(self.cbase, dtype=np.int64) + g
+        self.computed[ids], self.tokens[ids] = computed, computed + 1
+        self.gen[ids] = np.array(self.gbase, dtype=np.int64) + g
+        self.sim.last_token[ids] = self.lasts
         self.running[:] = self.ids
 
 
