@@ -156,7 +156,6 @@ def test_light_loads_in_lockstep_take_the_fast_paths_steps(rate, kv, concurrency
     monkeypatch.setattr(vllm.VllmV1, "lockstep", False)
     slow = _run(**kw)
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "sampled", "kv_blocks_used"))
-    assert np.array_equal(fast.served.steps["kv_blocks_used"], slow.served.steps["kv_blocks_used"])
 
 
 @pytest.mark.parametrize("rate, kv, concurrency, overlap", [

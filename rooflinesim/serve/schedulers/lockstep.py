@@ -44,3 +44,8 @@ class Lockstep:
         """Row ``r`` leaves (a request finished)."""
         self.total -= self.cbase[r]
         del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
+
+    def arrays(self) -> tuple:
+        """The running requests' ids, computed and generated tokens, as arrays."""
+        return (np.array(self.ids, dtype=np.int64), np.array(self.cbase, dtype=np.int64) + self.g,
+                np.array(self.gbase, dtype=np.int64) + self.g)

@@ -418,10 +418,8 @@ class _Lockstep(Lockstep):
 
     def _back(self) -> None:
         """The arrays' values from the numbers; the running list."""
-        ids, g = np.array(self.ids, dtype=np.int64), self.g
-        computed = np.array(self.cbase, dtype=np.int64) + g
-        self.computed[ids], self.tokens[ids] = computed, computed + 1
-        self.gen[ids] = np.array(self.gbase, dtype=np.int64) + g
+        ids, computed, generated = self.arrays()
+        self.computed[ids], self.gen[ids], self.tokens[ids] = computed, generated, computed + 1
         self.sim.last_token[ids] = self.lasts
         self.running[:] = self.ids
 

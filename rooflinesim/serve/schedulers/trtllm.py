@@ -274,12 +274,7 @@ class _Lockstep(Lockstep):
             if not waiting and not self.ids:
                 sim.idle(sim.due())
                 continue
-            if waiting:
-                took = self._join(waiting, context, reserved)
-            elif self.ids:
-                took = self._stretch(reserved)
-            else:
-                took = None
+            took = self._join(waiting, context, reserved) if waiting else self._stretch(reserved)
             if took is None:
                 break
             reserved, finished = took
@@ -364,11 +359,8 @@ class _Lockstep(Lockstep):
 
     def _back(self, context) -> np.ndarray:
         """The arrays' values from the numbers; the active requests."""
-        a = np.array(self.ids, dtype=np.int64)
-        g = self.g
-        self.computed[a] = np.array(self.cbase, dtype=np.int64) + g
-        self.gen[a] = np.array(self.gbase, dtype=np.int64) + g
-        self.tokens[a] = self.computed[a] + 1
+        a, computed, generated = self.arrays()
+        self.computed[a], self.gen[a], self.tokens[a] = computed, generated, computed + 1
         self.sim.last_token[a] = self.last
         context[a] = False
         return a

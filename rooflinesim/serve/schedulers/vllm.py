@@ -343,19 +343,9 @@ class VllmV1(Sim):
             parts = [(dur, n)]  # (a run of steps with its batch size)
         else:  # (the batch shrinks as requests finish: each step over the requests still running)
             order = left.argsort(kind="stable")
-            ranked = left[order].tolist()
             held = _cumsum(c[order][::-1])[::-1].tolist()  # (context held by each request on, in that order)
-            parts, a, at = [], 0, self.now  # (one part a batch size, until the step in which one is due)
-            for r in range(n):
-                b = min(ranked[r], k)
-                if b > a:
-                    common = self.common_prefix(run, None, True, order[r:]) if self.cascading else 0
-                    d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b], common) + p.step_overhead_s
-                    parts.append((d, n - r))
-                    at += float(_sum(d))
-                    a = b
-                    if a == k or at >= due:
-                        break
+            common = (lambda r: self.common_prefix(run, None, True, order[r:])) if self.cascading else None
+            parts = self._shrinking(n, k, j, due, left[order].tolist(), held, common)
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
         k, ends = self.until_due(dur, due)
@@ -368,22 +358,50 @@ class VllmV1(Sim):
         after = before - _total(run.held) + _total(held[left >= k])
         if self.group is not None and _count(left < k):  # (those that finish: their shared blocks stay)
             after += self.kept_if_left(run.id[left < k])
-        # (each step's batch, the parts past the stretch's end cut off)
-        size = n if len(parts) == 1 else sum((array("q", [m]) * d.size for d, m in parts), array("q"))[:k]
-        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64), ends)
-        self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token,
-        a = 0  # then every later step's, once for each request it serves)
-        for d, m in parts:
-            lo, hi = max(a, 1), min(a + d.size, k)
-            if hi > lo:
-                self.itl.append((dur[lo:hi], m))
-            a += d.size
+        ends = self._record_stretch(parts, dur, j, before, after, ends)
+        self.itl.append((ends[0] - run.last, 1))  # (each request's gap to this stretch's first token)
         run.computed = computed
         run.tokens = run.tokens + steps
         run.generated = run.generated + steps
         run.held = held
         run.last = ends[steps - 1]  # (a request that finished: its last token's time)
         return True
+
+    def _shrinking(self, n: int, k: int, j, due: float, ranked: list, held: list, common=None) -> list:
+        """The steps of a decode stretch of ``k`` steps (``j``: 1 to k) whose batch of ``n``
+        shrinks as requests finish, as runs of one batch size, each (durations, batch size), up
+        to the run in which a request comes due (``due``): ``ranked`` the steps each request has
+        left, ascending, ``held`` the context held by each request from there on, in that
+        order; ``common(r)`` the cascade prefix of the requests from the r-th on (None: none)."""
+        parts, a, at = [], 0, self.now
+        for r in range(n):
+            b = min(ranked[r], k)
+            if b > a:
+                d = self.steps.decode_steps(n - r, held[r] / (n - r) + j[a:b], common(r) if common else 0) \
+                    + self.p.step_overhead_s
+                parts.append((d, n - r))
+                at += float(_sum(d))
+                a = b
+                if a == k or at >= due:
+                    break
+        return parts
+
+    def _record_stretch(self, parts: list, dur: np.ndarray, j, before: int, after: int, ends) -> np.ndarray:
+        """Log a decode stretch's steps ``dur`` (``until_due``'s cut, ending at ``ends``), its
+        runs ``parts`` (each (durations, batch size), the last cut where the stretch ends), the
+        KV blocks in use a straight line from ``before`` to ``after`` (exact at its ends), and
+        the gap of each step but the first once for each request it serves (the first step's
+        are each request's own: the caller's). (When each step ends.)"""
+        k = dur.size
+        size = parts[0][1] if len(parts) == 1 else sum((array("q", [m]) * d.size for d, m in parts), array("q"))[:k]
+        ends = self.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64), ends)
+        a = 0
+        for d, m in parts:
+            lo, hi = max(a, 1), min(a + d.size, k)
+            if hi > lo:
+                self.itl.append((dur[lo:hi], m))
+            a += d.size
+        return ends
 
     def _preempt(self, run: Running, give, need, free, waiting, tokens, gen):
         """vLLM's preemption: while the first running request whose blocks do not fit is
@@ -529,28 +547,18 @@ class _Lockstep(Lockstep):
             return None
         j = np.arange(1, k + 1)
         total = self.total + n * g
-        host = p.step_overhead_s
         if k <= first:  # (the same batch throughout)
-            dur = sim.steps.decode_steps(n, total / n + j)
-            dur = dur + host if host else dur
-            parts = [(k, n)]  # (runs of steps with their batch size)
+            dur = sim.steps.decode_steps(n, total / n + j) + p.step_overhead_s
+            parts = [(dur, n)]
         else:  # (the batch shrinks as requests finish: each step over those still running)
             order = sorted(range(n), key=self.ends.__getitem__)  # (stable, as _decode_stretch's argsort)
-            parts, a, at, held = [], 0, sim.now, total
-            for r in range(n):
-                b = min(self.ends[order[r]] - g, k)
-                if b > a:
-                    d = sim.steps.decode_steps(n - r, held / (n - r) + j[a:b])
-                    d = d + host if host else d
-                    parts.append((d, n - r))
-                    at += float(_sum(d))
-                    a = b
-                    if a == k or at >= due:
-                        break
-                held -= self.cbase[order[r]] + g
+            held, on = [0] * n, 0  # (context held by each request from there on, in that order)
+            for r in range(n - 1, -1, -1):
+                on += self.cbase[order[r]] + g
+                held[r] = on
+            parts = sim._shrinking(n, k, j, due, [self.ends[r] - g for r in order], held)
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
-            parts = [(d.size, m) for d, m in parts]
         k, ends = sim.until_due(dur, due)
         dur, j = dur[:k], j[:k]
         # (blocks in use over the stretch, those of the requests still running at its end: exact
@@ -558,15 +566,8 @@ class _Lockstep(Lockstep):
         before = p.kv_blocks - free
         kept = [(-(-(c + g + k) // bs), e - g == k) for c, e in zip(self.cbase, self.ends) if e - g >= k]
         after = sum([h for h, _ in kept])
-        size = n if len(parts) == 1 else sum((array("q", [m]) * length for length, m in parts), array("q"))[:k]
-        ends = sim.record_run(dur, size, np.rint(before + (after - before) * j / k).astype(np.int64), ends)
-        sim.itl.append(([float(ends[0]) - self.last], n))  # (each request's gap to the stretch's first token,
-        a = 0  # then every later step's, once for each request it serves)
-        for length, m in parts:
-            lo, hi = max(a, 1), min(a + length, k)
-            if hi > lo:
-                sim.itl.append((dur[lo:hi], m))
-            a += length
+        ends = sim._record_stretch(parts, dur, j, before, after, ends)
+        sim.itl.append(([float(ends[0]) - self.last], n))  # (each request's gap to the stretch's first token)
         self.last = sim.now
         if first > k:  # (none finishes: the blocks in use are the stretch's last step's)
             self.g = g + k
@@ -595,13 +596,10 @@ class _Lockstep(Lockstep):
 
     def _back(self) -> None:
         """``run``'s arrays from the numbers."""
-        run, g, bs = self.run, self.g, self.sim.p.block_size
-        computed = np.array(self.cbase, dtype=np.int64) + g
-        run.id = np.array(self.ids, dtype=np.int64)
-        run.computed = computed
-        run.tokens = computed + 1
-        run.held = -(-computed // bs)
-        run.generated = np.array(self.gbase, dtype=np.int64) + g
+        run = self.run
+        run.id, run.computed, run.generated = self.arrays()
+        run.tokens = run.computed + 1
+        run.held = -(-run.computed // self.sim.p.block_size)
         run.output = self.sim.output[run.id]
         run.last = np.full(run.id.size, self.last)
 
