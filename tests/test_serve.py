@@ -160,14 +160,18 @@ def test_light_loads_in_lockstep_take_the_fast_paths_steps(rate, kv, concurrency
 
 @pytest.mark.parametrize("rate, kv, concurrency, overlap", [
     (5.0, None, None, True), (2.0, None, None, False), (5.0, None, 4, True), (20.0, 40_000, None, True)])
-@pytest.mark.parametrize("engine_name", ["trtllm", "sglang"])
+@pytest.mark.parametrize("engine_name", ["trtllm", "trtllm max_utilization", "sglang"])
 def test_other_engines_in_lockstep_take_their_loops_steps(rate, kv, concurrency, overlap, engine_name, monkeypatch):
-    # (TensorRT-LLM's stretches and whole-prompt joins after a stretch, SGLang's stretches and
-    # prefill batches of whole prompts after one, on plain numbers: the same steps as their
-    # loops take them on arrays)
+    # (TensorRT-LLM's stretches and whole-prompt joins after a stretch, under either capacity
+    # policy (max_utilization's blocks of each step's tokens counted by their remainders),
+    # SGLang's stretches and prefill batches of whole prompts after one, on plain numbers: the
+    # same steps as their loops take them on arrays)
     from rooflinesim.serve.schedulers import sglang, trtllm
 
+    engine_name, _, policy = engine_name.partition(" ")
     kw = dict(n=200, rate=rate, kv_tokens=kv, concurrency=concurrency, overlap_schedule=overlap, engine=engine_name)
+    if policy:
+        kw.update(capacity_policy=policy, block_size=16 if kv else 64)
     if engine_name == "sglang":
         kw.update(cuda_graph_max_bs=16)  # (past it, decode steps paced by the host)
     finished = []
@@ -204,6 +208,29 @@ def test_other_engines_decode_stretches_take_the_steps_one_by_one_would(rate, kv
     slow = _run(**kw)
     _the_same_steps(fast, slow, ("start_s", "duration_s", "tokens", "sequences", "kv_blocks_used"))
     assert fast.served.eager_decode_steps == slow.served.eager_decode_steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(bs=st.sampled_from([1, 2, 16, 64]), computed=st.lists(st.integers(-500, 5000), max_size=30),
+       leave=st.lists(st.integers(0, 29), max_size=10), g=st.integers(0, 3000))
+def test_lockstep_counts_the_blocks_of_its_requests(bs, computed, leave, g):
+    # (the blocks the requests in lockstep fill, counted by their remainders as they join and
+    # leave, are the sum over them, at one step count and over a range of them)
+    from rooflinesim.serve.schedulers.lockstep import Lockstep
+
+    class _Sim:
+        output = np.full(64, 10**6)
+        first = np.zeros(64)
+    lock = Lockstep(_Sim(), list(range(len(computed))), computed, [1] * len(computed))
+    lock.count_blocks(bs)
+    for r in sorted({r for r in leave if r < len(computed)}, reverse=True):
+        lock.drop(r)
+    lock.g = 7
+    lock.join(40, 333, 0, 0.0)
+    cs = [c + lock.g for c in lock.cbase]
+    assert lock.held_at(lock.g + g) == sum(-(-(c + g) // bs) for c in cs)
+    span = np.arange(g, g + 40)
+    assert lock.held_over(lock.g + span).tolist() == [sum(-(-(c + x) // bs) for c in cs) for x in span.tolist()]
 
 
 @settings(max_examples=40, deadline=None)

@@ -9,6 +9,8 @@ than Python's arithmetic. The schedulers' tests hold each lockstep to the steps 
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 
@@ -25,11 +27,43 @@ class Lockstep:
         self.ends = (sim.output[np.array(self.ids, dtype=np.int64)] - np.array(self.gbase, dtype=np.int64)).tolist()
         self.total = sum(self.cbase)  # (their sum)
 
+    bs = 0  # (with count_blocks: the block size; the blocks held counted in O(bs))
+
+    def count_blocks(self, bs: int) -> None:
+        """Count the KV blocks of ``bs`` tokens the requests' computed tokens fill, as they join
+        and leave (``held_at``): each request's computed tokens less g as q whole blocks and r
+        more tokens, ``hist[r]`` how many have r, ``whole`` the sum of their q."""
+        self.bs, self.hist, self.whole = bs, [0] * bs, 0
+        for c in self.cbase:
+            self._count(c, 1)
+
+    def _count(self, c: int, sign: int) -> None:
+        q, r = divmod(c, self.bs)
+        self.hist[r] += sign
+        self.whole += sign * q
+
+    def held_at(self, g: int) -> int:
+        """The blocks the requests' computed tokens fill after ``g`` steps in all (each a
+        token more; ``count_blocks``): with c + g + bs - 1 = (q + s) bs + (r + t), a request
+        fills q + s blocks and one more where r + t reaches bs."""
+        bs = self.bs
+        s, t = divmod(g + bs - 1, bs)
+        return self.whole + len(self.ids) * s + (sum(self.hist[bs - t:]) if t else 0)
+
+    def held_over(self, g: np.ndarray) -> np.ndarray:
+        """``held_at`` at each of the step counts ``g`` (an array)."""
+        bs = self.bs
+        above = np.fromiter(accumulate(reversed(self.hist), initial=0), np.int64, bs + 1)[::-1]  # (those with r >= x)
+        s, t = np.divmod(g + (bs - 1), bs)
+        return above[bs - t] + (self.whole + len(self.ids) * s)
+
     def join(self, i: int, known: int, had: int, now: float):
         """Request ``i`` joins: a step ending ``now`` computed its ``known`` tokens and sampled
         one more (it had ``had``). Its gap, where it had a token before (recomputed after a
         pause), else None (its first token, recorded)."""
         g = self.g
+        if self.bs:
+            self._count(known - g, 1)
         self.ids.append(i)
         self.cbase.append(known - g)
         self.gbase.append(had + 1 - g)
@@ -42,6 +76,8 @@ class Lockstep:
 
     def drop(self, r: int) -> None:
         """Row ``r`` leaves (a request finished)."""
+        if self.bs:
+            self._count(self.cbase[r], -1)
         self.total -= self.cbase[r]
         del self.ids[r], self.cbase[r], self.gbase[r], self.ends[r]
 

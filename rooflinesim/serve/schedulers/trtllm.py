@@ -50,7 +50,7 @@ class TrtLlm(Sim):
         reserved = 0  # guaranteed_no_evict: KV blocks reserved to completion for the active requests
         done = 0
         utilize = p.capacity_policy == "max_utilization"
-        light = self.stretches and not utilize and not p.chunked_context
+        light = self.stretches and not p.chunked_context
         if not p.chunked_context:
             for i in range(n):
                 if self.prompt[i] > p.max_num_batched_tokens:
@@ -68,7 +68,7 @@ class TrtLlm(Sim):
                     active, reserved, finished = took
                     done += finished
                     if light and active.size:  # (the steps after it in lockstep, while they are of two kinds)
-                        active, reserved, finished = _Lockstep(self, active, computed, gen, tokens).steps(
+                        active, reserved, finished = _Lockstep(self, active, computed, gen, tokens, held).steps(
                             waiting, context, reserved, n - done)
                         done += finished
                     continue
@@ -247,19 +247,26 @@ class TrtLlm(Sim):
 
 
 class _Lockstep(Lockstep):
-    """``TrtLlm.run``'s loop while each step it takes, under guaranteed_no_evict and without
-    chunked context, is a decode stretch (``_decode_stretch``) or a general step in which every
-    waiting request is admitted and joins with its whole prompt beside a decode of every active
-    request, with the active requests kept as plain numbers (as vLLM's ``_Lockstep``): each
-    active request computes and samples one token a step, so one count of the steps (``g``)
-    gives its tokens from two numbers fixed when it joined. The same steps in the same order,
-    priced from the same whole numbers; where the next step is of neither kind, the arrays get
-    their values back and the loop goes on."""
+    """``TrtLlm.run``'s loop while each step it takes, without chunked context, is a decode
+    stretch (``_decode_stretch``) or a general step in which every waiting request is admitted
+    and joins with its whole prompt beside a decode of every active request (under
+    max_utilization, with no request paused), with the active requests kept as plain numbers
+    (as vLLM's ``_Lockstep``): each active request computes and samples one token a step, so
+    one count of the steps (``g``) gives its tokens from two numbers fixed when it joined.
+    Under max_utilization a decode's blocks are then those of its computed tokens and one more
+    (its next step's), counted in O(block size) (``count_blocks``), but for a request that
+    joined in the step just taken, which holds its prompt's (``fresh``). The same steps in
+    the same order, priced from the same whole numbers; where the next step is of neither
+    kind, the arrays get their values back and the loop goes on."""
 
-    def __init__(self, sim: "TrtLlm", active: np.ndarray, computed, gen, tokens):
+    def __init__(self, sim: "TrtLlm", active: np.ndarray, computed, gen, tokens, held):
         super().__init__(sim, active.tolist(), computed[active].tolist(), gen[active].tolist())
-        self.computed, self.gen, self.tokens = computed, gen, tokens
+        self.computed, self.gen, self.tokens, self.held = computed, gen, tokens, held
         self.last = float(sim.last_token[active[0]])  # (every one's last token time)
+        self.utilize = sim.p.capacity_policy == "max_utilization"
+        self.fresh = []  # (max_utilization: those that joined in the last step, holding their prompt's blocks)
+        if self.utilize:
+            self.count_blocks(sim.p.block_size)
 
     def steps(self, waiting, context, reserved: int, unfinished: int) -> tuple:
         """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
@@ -267,7 +274,8 @@ class _Lockstep(Lockstep):
         sim, done = self.sim, 0
         a = np.array(self.ids, dtype=np.int64)
         if bool(context[a].any()) or bool((sim.last_token[a] != self.last).any()) \
-                or bool((self.tokens[a] - self.computed[a] != 1).any()):
+                or bool((self.tokens[a] - self.computed[a] != 1).any()) \
+                or self.utilize and bool((self.held[a] != _blocks(self.computed[a] + 1, sim.p.block_size)).any()):
             return a, reserved, 0  # (not in lockstep: the loop's general step goes on)
         while done < unfinished:
             sim.send_due(waiting)
@@ -293,11 +301,17 @@ class _Lockstep(Lockstep):
         prompts = [int(self.tokens[i]) for i in ids]
         if n + sum(prompts) > p.max_num_batched_tokens or any(self.computed[i] for i in ids):
             return None
-        need = sum([-(-(int(sim.prompt[i]) + int(sim.output[i])) // bs) for i in ids])
-        if reserved + need > p.kv_blocks:
-            return None
+        if self.utilize:  # (the blocks of every decode's next token and of each prompt, none paused)
+            blocks = self.held_at(g + 2) + sum([-(-t // bs) for t in prompts])
+            if blocks > p.kv_blocks:
+                return None
+        else:
+            need = sum([-(-(int(sim.prompt[i]) + int(sim.output[i])) // bs) for i in ids])
+            if reserved + need > p.kv_blocks:
+                return None
+            reserved += need
+            blocks = reserved
         waiting.clear()
-        reserved += need
         m, now = n + len(ids), sim.now
         prompt_tokens = sum(prompts)
         for i in ids:
@@ -305,7 +319,7 @@ class _Lockstep(Lockstep):
                 sim.scheduled[i] = now
         dur = sim.steps.step_s(n, (self.total + n * g + n) / n if n else 0.0, len(ids), prompt_tokens,
                                sum([t * t for t in prompts]) / prompt_tokens, m) + p.step_overhead_s
-        sim.record(now, dur, n + prompt_tokens, m, reserved, m)
+        sim.record(now, dur, n + prompt_tokens, m, blocks, m)
         sim.now = now = now + dur
         self.g = g = g + 1
         gaps = [now - self.last] * n
@@ -314,6 +328,7 @@ class _Lockstep(Lockstep):
             gap = self.join(i, t, int(self.gen[i]), now)
             if gap is not None:
                 gaps.append(gap)
+        self.fresh = ids if self.utilize else []
         if gaps:
             sim.itl.append((gaps, 1))
         self.last = now
@@ -331,10 +346,17 @@ class _Lockstep(Lockstep):
         k = sim.steps_before_due(min(self.ends) - g, n, due)
         if k < 1:
             return None
-        dur = sim.steps.decode_steps(n, float(self.total + n * g) / n + np.arange(1, k + 1)) + p.step_overhead_s
+        j = np.arange(1, k + 1)
+        if self.utilize:  # (the j-th step's decodes take the blocks of their next tokens)
+            blocks = self.held_over(g + 1 + j)
+            k = min(k, int(np.searchsorted(blocks, p.kv_blocks, side="right")))
+            if k < 1:
+                return None
+        dur = sim.steps.decode_steps(n, float(self.total + n * g) / n + j[:k]) + p.step_overhead_s
         k, ends = sim.until_due(dur, due)
         dur = dur[:k]
-        ends = sim.record_run(dur, n, np.full(k, reserved), ends)
+        ends = sim.record_run(dur, n, blocks[:k] if self.utilize else np.full(k, reserved), ends)
+        self.fresh = []
         sim.itl.append(([float(ends[0]) - self.last], n))
         if k > 1:
             sim.itl.append((dur[1:], n))
@@ -352,7 +374,10 @@ class _Lockstep(Lockstep):
             i = self.ids[r]
             sim.finish[i] = sim.last_token[i] = self.last
             sim.generated[i] = self.gbase[r] + g
-            reserved -= -(-(int(sim.prompt[i]) + int(sim.output[i])) // sim.p.block_size)
+            if self.utilize:
+                self.held[i] = 0
+            else:
+                reserved -= -(-(int(sim.prompt[i]) + int(sim.output[i])) // sim.p.block_size)
             self.drop(r)
         sim.release(len(going))
         return reserved, len(going)
@@ -361,6 +386,11 @@ class _Lockstep(Lockstep):
         """The arrays' values from the numbers; the active requests."""
         a, computed, generated = self.arrays()
         self.computed[a], self.gen[a], self.tokens[a] = computed, generated, computed + 1
+        if self.utilize:  # (a decode's blocks: its computed tokens' and its next one's; a fresh one its prompt's)
+            self.held[a] = _blocks(computed + 1, self.sim.p.block_size)
+            running = set(self.ids)
+            fresh = np.array([i for i in self.fresh if i in running], dtype=np.int64)
+            self.held[fresh] = _blocks(self.sim.prompt[fresh], self.sim.p.block_size)
         self.sim.last_token[a] = self.last
         context[a] = False
         return a

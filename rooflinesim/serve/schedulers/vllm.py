@@ -445,6 +445,7 @@ class _Lockstep(Lockstep):
         super().__init__(sim, run.id.tolist(), run.computed.tolist(), run.generated.tolist())
         self.run = run
         self.last = float(run.last[0]) if run.size else sim.now  # (every one's last token time)
+        self.count_blocks(sim.p.block_size)
 
     def steps(self, waiting, tokens, gen, free: int, unfinished: int) -> tuple:
         """Steps while they are of the two kinds, up to ``unfinished`` requests finished.
@@ -477,11 +478,6 @@ class _Lockstep(Lockstep):
         self._back()
         return free, done
 
-    def _blocks_held(self) -> int:
-        """The KV blocks the running requests hold: those of their computed tokens."""
-        bs, g = self.sim.p.block_size, self.g
-        return sum([-(-(c + g) // bs) for c in self.cbase])
-
     def _join(self, waiting, tokens, gen, free: int):
         """``_whole_prompts_step`` with its ``_sampled_all``: (the free blocks after it, how
         many finished), or None where it does not apply."""
@@ -490,7 +486,7 @@ class _Lockstep(Lockstep):
         n = len(self.ids)
         if len(waiting) + n > p.max_num_seqs:
             return None
-        need = sum([1 for c in self.cbase if (c + g) % bs == 0])  # (a block more for one token more)
+        need = self.hist[-g % bs]  # (a block more for one token more: those whose blocks are full)
         left = free - need
         budget = p.max_num_batched_tokens - n
         if left < 0 or budget < 1:
@@ -525,7 +521,7 @@ class _Lockstep(Lockstep):
         self.last = now
         if min(self.ends) <= g:
             finished = self._finish(None)
-            return p.kv_blocks - self._blocks_held(), finished
+            return p.kv_blocks - self.held_at(self.g), finished
         return left, 0
 
     def _stretch(self, waiting, tokens, free: int):
@@ -551,12 +547,13 @@ class _Lockstep(Lockstep):
             dur = sim.steps.decode_steps(n, total / n + j) + p.step_overhead_s
             parts = [(dur, n)]
         else:  # (the batch shrinks as requests finish: each step over those still running)
-            order = sorted(range(n), key=self.ends.__getitem__)  # (stable, as _decode_stretch's argsort)
-            held, on = [0] * n, 0  # (context held by each request from there on, in that order)
-            for r in range(n - 1, -1, -1):
-                on += self.cbase[order[r]] + g
-                held[r] = on
-            parts = sim._shrinking(n, k, j, due, [self.ends[r] - g for r in order], held)
+            # (those finishing within it, by their ends (stable, as _decode_stretch's argsort):
+            # the ranks _shrinking reads; after them none finishes within the k steps)
+            going = sorted([r for r, e in enumerate(self.ends) if e - g <= k], key=self.ends.__getitem__)
+            held = [total]  # (context held by each request from there on, in that order)
+            for r in going:
+                held.append(held[-1] - self.cbase[r] - g)
+            parts = sim._shrinking(n, k, j, due, [self.ends[r] - g for r in going] + [k], held)
             dur = np.concatenate([d for d, _ in parts])
             k, j = dur.size, j[:dur.size]
         k, ends = sim.until_due(dur, due)
@@ -564,17 +561,24 @@ class _Lockstep(Lockstep):
         # (blocks in use over the stretch, those of the requests still running at its end: exact
         # at its ends, in between a straight line)
         before = p.kv_blocks - free
-        kept = [(-(-(c + g + k) // bs), e - g == k) for c, e in zip(self.cbase, self.ends) if e - g >= k]
-        after = sum([h for h, _ in kept])
+        going = [r for r, e in enumerate(self.ends) if e - g <= k] if first <= k else []
+        after = self.held_at(g + k)
+        freed = 0
+        for r in going:  # (those that finished before the last step hold none at its end)
+            h = -(-(self.cbase[r] + g + k) // bs)
+            if self.ends[r] - g < k:
+                after -= h
+            else:
+                freed += h
         ends = sim._record_stretch(parts, dur, j, before, after, ends)
         sim.itl.append(([float(ends[0]) - self.last], n))  # (each request's gap to the stretch's first token)
         self.last = sim.now
-        if first > k:  # (none finishes: the blocks in use are the stretch's last step's)
+        if not going:  # (none finishes: the blocks in use are the stretch's last step's)
             self.g = g + k
             return p.kv_blocks - after, 0
-        finished = self._finish([r for r in range(n) if self.ends[r] - g <= k], ends, k)
+        finished = self._finish(going, ends, k)
         self.g = g + k
-        return p.kv_blocks - after + sum([h for h, now in kept if now]), finished  # (those ending now freed)
+        return p.kv_blocks - after + freed, finished  # (those ending now freed)
 
     def _finish(self, going, ends=None, k: int = 0) -> int:
         """Requests that have all their output leave (``_finish``): after a join those whose
