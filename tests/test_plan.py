@@ -69,7 +69,7 @@ def test_prices_file_and_bad_input(tmp_path):
         _plan(gpus=["h200-sxm", "mi300x"], prices={"h200-sxm": PRICES["h200-sxm"]})
     base = ["plan", "--model", "llama-3.1-8b", "--rate", "4", "--prices", str(good), "--jobs", "1",
             "--num-prompts", "40", "--interval-samples", "0"]
-    for args in (["--slo-ttft-p99", "soon"], [], ["--slo-ttft-p99", "1s", "--rate", "inf"],
+    for args in (["--slo-ttft-p99", "soon"], ["--slo-tpot-p99", "50"], [], ["--slo-ttft-p99", "1s", "--rate", "inf"],
                  ["--slo-ttft-p99", "1s", "--gpu", "h200"], ["--slo-ttft-p99", "1s", "--prices", str(bad)],
                  ["--slo-ttft-p99", "1s", "--dataset", "sharegpt-v4"], ["--slo-ttft-p99", "1s", "--max-num-seqs", "0"],
                  ["--slo-ttft-p99", "1s", "--max-num-batched-tokens", "1.5"],

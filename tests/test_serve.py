@@ -732,13 +732,19 @@ def test_max_rate_meets_the_slos_and_a_tenth_more_does_not():
 
 
 @pytest.mark.parametrize("args", [["--max-rate"], ["--slo-ttft-p99", "soon"], ["--slo-tpot-p99", "-5ms"],
+                                  ["--slo-ttft-p99", "500"], ["--slo-e2el-p99", " 2.5"],
                                   ["--max-rate", "--slo-ttft-p99", "1s", "--trace", "x.csv"]])
-def test_bad_slos_are_one_sentence(args):
+def test_bad_slos_are_one_sentence(args, capsys):
+    # (a bare number too: seconds to us, milliseconds to vLLM's --goodput)
     from rooflinesim.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-prompts", "5", *args])
     assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    if args[-1].strip().replace(".", "").isdigit():
+        assert "needs a unit" in err
 
 
 def test_cli_reports_slos_and_the_share_of_draws_that_meet_them():

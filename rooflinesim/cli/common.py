@@ -102,6 +102,35 @@ def parse_size(text: str, option: str, kind: str = "bytes", whole: bool = True,
     return value
 
 
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+def slo_options(f):
+    """--slo-ttft-p99, --slo-tpot-p99, --slo-e2el-p99 (``parse_slos`` reads them)."""
+    for key, what, example in reversed((("ttft", "time to first token", "2s or 500ms"),
+                                        ("tpot", "time per output token", "50ms"),
+                                        ("e2el", "end-to-end latency", "30s"))):
+        f = click.option(f"--slo-{key}-p99", default=None,
+                         help=f"SLO on the P99 {what}, with its unit, e.g. {example}.")(f)
+    return f
+
+
+def parse_slos(**given) -> dict:
+    """The SLOs given as ``slo_<key>_p99`` ('2s', '50ms'), in milliseconds by metric name
+    (``p99_ttft_ms``); a bare number is refused, as seconds to us and milliseconds to vLLM's
+    --goodput both read it."""
+    slos = {}
+    for key in SLO_KEYS:
+        text = given.get(f"slo_{key}_p99")
+        if text is None:
+            continue
+        option = f"--slo-{key}-p99"
+        if text.strip().replace(".", "", 1).isdigit():
+            raise UserError(f"{option} needs a unit, e.g. {text.strip()}ms or {text.strip()}s (got {text})")
+        slos[f"p99_{key}_ms"] = parse_size(text, option, "seconds", whole=False, max=1e6) * 1e3
+    return slos
+
+
 def gpu_options(f):
     f = click.option("--spec-file", "spec_files", multiple=True, type=click.Path(dir_okay=False),
                      help="Extra GPU spec YAML file(s) to register (repeatable).")(f)

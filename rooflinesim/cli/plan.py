@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .common import (FRACTION, MAX_COUNT, Real, Size, SizeOrAuto, UserError, allreduce_option, echo, emit_json,
-                     json_option, parse_size, table)
+                     json_option, parse_slos, slo_options, table)
 from .serve import MAX_LEN, MAX_OVERHEAD_S, MAX_PROMPTS, Rate
 
 MAX_RATE = 1e6
@@ -16,9 +16,7 @@ MAX_RATE = 1e6
 @click.option("--model", "model_name", required=True,
               help="A bundled preset, a Hugging Face id, or a config.json path.")
 @click.option("--rate", type=Rate(), required=True, help="Target requests per second.")
-@click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s.")
-@click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
-@click.option("--slo-e2el-p99", default=None, help="SLO on the P99 end-to-end latency, e.g. 30s.")
+@slo_options
 @click.option("--gpu", "gpus", multiple=True,
               help="Candidate GPU (repeatable; default: every bundled GPU that has a price).")
 @click.option("--max-gpus", type=Size(max=MAX_COUNT), default=8, show_default=True,
@@ -115,8 +113,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
 
     if math.isinf(rate) or rate > MAX_RATE:
         raise UserError(f"--rate must be a finite number of requests per second up to {MAX_RATE:g}")
-    slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
-            for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
+    slos = parse_slos(slo_ttft_p99=slo_ttft_p99, slo_tpot_p99=slo_tpot_p99, slo_e2el_p99=slo_e2el_p99)
     if not slos:
         raise UserError("plan needs an SLO to meet: --slo-ttft-p99, --slo-tpot-p99 or --slo-e2el-p99")
     if dataset != "random" and dataset not in datasets():

@@ -7,9 +7,9 @@ import math
 
 import click
 
-from .common import (FRACTION, MAX_COUNT, POS, Real, Size, SizeOrAuto, UserError, allreduce_option, echo,
-                     emit_json, gpu_options, json_option, load_gpu, load_model, load_profile, parse_size, profile_label, profile_option, table,
-                     weights_of)
+from .common import (FRACTION, MAX_COUNT, POS, Real, Size, SizeOrAuto, UserError, allreduce_option, echo, emit_json,
+                     gpu_options, json_option, load_gpu, load_model, load_profile, parse_size, parse_slos,
+                     profile_label, profile_option, slo_options, table, weights_of)
 
 PAR = Size(max=MAX_COUNT)
 MAX_PROMPTS = 10_000_000
@@ -244,9 +244,7 @@ def _goodput(ctx, param, values) -> dict:
 @click.option("--metric-percentiles", "percentiles", default="90,99", show_default=True, callback=_percentiles,
               help="Percentiles reported for each latency besides the mean and median, as vLLM's client takes "
                    "them (e.g. 50,90,95,99.9: p95_ttft_ms, p99.9_ttft_ms in the JSON).")
-@click.option("--slo-ttft-p99", default=None, help="SLO on the P99 time to first token, e.g. 2s or 500ms.")
-@click.option("--slo-tpot-p99", default=None, help="SLO on the P99 time per output token, e.g. 50ms.")
-@click.option("--slo-e2el-p99", default=None, help="SLO on the P99 end-to-end latency, e.g. 30s.")
+@slo_options
 @click.option("--max-rate", is_flag=True,
               help="Find the highest request rate (Poisson, or gamma with --burstiness) that meets the --slo-* "
                    "targets, by bisection; reports the run at that rate.")
@@ -277,8 +275,7 @@ def serve(model_name, gpu, spec_files, profile, tp, pp, ep, dp, weights, kv_dtyp
     from ..serve.simulate import slo_report, warmups_done_s
     from ..serve.traffic import MAX_TRACE_BYTES, load_dataset, parse_trace, requests_at, with_warmups
 
-    slos = {f"p99_{k}_ms": parse_size(v, f"--slo-{k}-p99", "seconds", whole=False, max=1e6) * 1e3
-            for k, v in (("ttft", slo_ttft_p99), ("tpot", slo_tpot_p99), ("e2el", slo_e2el_p99)) if v is not None}
+    slos = parse_slos(slo_ttft_p99=slo_ttft_p99, slo_tpot_p99=slo_tpot_p99, slo_e2el_p99=slo_e2el_p99)
     if trace_file is not None and dataset != "random":
         raise UserError("give --dataset or --trace, not both")
     if trace_file is not None and prefix_len:
