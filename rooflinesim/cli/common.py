@@ -115,6 +115,15 @@ def slo_options(f):
     return f
 
 
+def _is_number(text: str) -> bool:
+    """Whether ``text`` is a bare number ('500', '1e3', '+2'), no unit."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_slos(**given) -> dict:
     """The SLOs given as ``slo_<key>_p99`` ('2s', '50ms'), in milliseconds by metric name
     (``p99_ttft_ms``); a bare number is refused, as seconds to us and milliseconds to vLLM's
@@ -125,7 +134,7 @@ def parse_slos(**given) -> dict:
         if text is None:
             continue
         option = f"--slo-{key}-p99"
-        if text.strip().replace(".", "", 1).isdigit():
+        if _is_number(text):
             raise UserError(f"{option} needs a unit, e.g. {text.strip()}ms or {text.strip()}s (got {text})")
         slos[f"p99_{key}_ms"] = parse_size(text, option, "seconds", whole=False, max=1e6) * 1e3
     return slos

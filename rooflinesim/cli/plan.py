@@ -122,8 +122,7 @@ def plan(model_name, rate, slo_ttft_p99, slo_tpot_p99, slo_e2el_p99, gpus, max_g
         from ..files import output_path
 
         output_path(plot, "HTML", force)
-    if math.isfinite(rate):  # (a workload no configuration could be simulated on: said once, not per configuration)
-        check_span(num_prompts / rate)
+    check_span(num_prompts / rate)  # (a workload no configuration could be simulated on: said once, not per one)
     prices = load_prices(prices_file)
     names = [load_spec(g).name for g in gpus] if gpus else sorted(prices)
     workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,

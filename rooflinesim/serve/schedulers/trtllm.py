@@ -335,8 +335,8 @@ class _Lockstep(Lockstep):
         return self._finish(reserved)
 
     def _stretch(self, reserved: int):
-        """``_decode_stretch`` under guaranteed_no_evict: (the blocks reserved after it, how
-        many finished), or None."""
+        """``_decode_stretch`` (under max_utilization while the blocks of each step's tokens
+        are free): (the blocks reserved after it, how many finished), or None."""
         sim = self.sim
         p, g = sim.p, self.g
         n = len(self.ids)

@@ -454,7 +454,7 @@ class _Lockstep(Lockstep):
         run = self.run
         if run.size and (bool((run.last != self.last).any()) or bool((run.tokens - run.computed != 1).any())
                          or bool((run.generated < 1).any())
-                         or bool((run.held != -(-run.computed // sim.p.block_size)).any())):
+                         or bool((run.held != _blocks(run.computed, sim.p.block_size)).any())):
             return free, 0  # (not in lockstep: the loop's general step goes on)
         while done < unfinished:
             sim.send_due(waiting)
@@ -603,7 +603,7 @@ class _Lockstep(Lockstep):
         run = self.run
         run.id, run.computed, run.generated = self.arrays()
         run.tokens = run.computed + 1
-        run.held = -(-run.computed // self.sim.p.block_size)
+        run.held = _blocks(run.computed, self.sim.p.block_size)
         run.output = self.sim.output[run.id]
         run.last = np.full(run.id.size, self.last)
 
