@@ -3,6 +3,7 @@ its KV cache cannot hold one such request: serve and plan say so in one sentence
 reports the --max-model-len a deployment must be launched with."""
 
 import json
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -99,6 +100,27 @@ def test_vllms_step_budget_must_hold_a_token_of_each_running_request():
                  max_num_batched_tokens=64).metrics["completed"] == 4
 
 
+@pytest.mark.parametrize("prompt, output, refused", [
+    (2_000, 998, False), (2_000, 999, True),  # (prompt and output: at most the pool less 2)
+    (2_994, 1, False), (2_995, 1, True),  # (a prompt: at most the pool less 6)
+])
+def test_sglang_holds_a_request_to_its_kv_pool(prompt, output, refused):
+    # (SGLang's max_req_len, its pool less one: a longer prompt aborted, an output cut; serve
+    # says so rather than simulate another benchmark; a pair's pools too)
+    prof = resolve_profile(H200, None)
+    reqs = Requests(np.array([0.0, 0.5]), np.array([100, prompt]), np.array([10, output]))
+    for pd in (None, (1, 1)):
+        run = lambda: serve(LLAMA, H200, prof, Deployment(), reqs, engine="sglang", kv_tokens=3_000,  # noqa: E731
+                            interval_samples=0, pd=pd)
+        if refused:
+            with pytest.raises(UserError, match="1 of 2 requests outgrow SGLang's KV pool of 3,000 tokens"):
+                run()
+        else:
+            assert run().served.output_tokens.tolist() == [10, output]
+    with pytest.raises(UserError, match="outgrow SGLang's KV pool") if refused else nullcontext():
+        context.check_sglang_pool(reqs.input_tokens, reqs.output_tokens, 3_000)
+
+
 def test_sglangs_running_requests_follow_its_context_length():
     full = engine_limits("sglang", LLAMA, H200, 200_000)["max_num_seqs"]
     short = engine_limits("sglang", LLAMA, H200, 200_000, 4096)["max_num_seqs"]
@@ -111,6 +133,8 @@ def test_cli_says_it_in_one_sentence_with_exit_2():
                        (["--max-model-len", "200000"], "past llama-3.1-8b's context"),
                        (["--max-model-len", "500"], "requests need more than max_model_len 500"),
                        (["--max-num-batched-tokens", "1"], "must be at least max_num_seqs"),
+                       (["--engine", "sglang", "--kv-cache-tokens", "3000", "--input-len", "2990"],
+                        "outgrow SGLang's KV pool of 3,000 tokens"),
                        ):
         code, _, err = run_cli(base + args)
         assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)

@@ -11,7 +11,11 @@ request of ``max_model_len`` tokens (``vllm/v1/core/kv_cache_utils.py``,
 len ..., the estimated maximum model length is ..."), counting what each layer's cache
 spec needs at most (``vllm/v1/kv_cache_interface.py``, ``max_memory_usage_bytes``): a
 full-attention layer ``cdiv(max_model_len, block)`` blocks, a sliding-window layer
-``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1``.
+``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1``. SGLang starts
+with any pool, but its scheduler (``python/sglang/srt/managers/scheduler.py``) holds a request
+to ``max_req_len = min(context_len - 1, max_total_num_tokens - 1)`` tokens: it aborts a prompt
+longer than ``max_req_len - 5`` and cuts a request's ``max_new_tokens`` to ``max_req_len -
+prompt - 1``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,21 @@ def check_requests(input_tokens, output_tokens, limit: int | None, engine: str) 
         raise UserError(f"{int(over.sum()):,} of {need.size:,} requests need more than max_model_len {limit:,} "
                         f"tokens (the longest: {int(input_tokens[i]):,} prompt + {int(output_tokens[i]):,} output); "
                         f"{engine} rejects them: shorten them, or raise --max-model-len if the model allows")
+
+
+def check_sglang_pool(input_tokens, output_tokens, pool_tokens: int) -> None:
+    """One sentence where SGLang's KV pool of ``pool_tokens`` (its max_total_num_tokens) would
+    abort a prompt or cut an output (the benchmark would not be the one asked for)."""
+    longest = pool_tokens - 2  # (max_req_len - 1: a prompt and its output, at most)
+    prompt, need = input_tokens.astype("int64"), input_tokens.astype("int64") + output_tokens.astype("int64")
+    over = (prompt > pool_tokens - 6) | (need > longest)
+    if over.any():
+        i = int(need.argmax())
+        raise UserError(f"{int(over.sum()):,} of {need.size:,} requests outgrow SGLang's KV pool of {pool_tokens:,} "
+                        f"tokens (the longest: {int(input_tokens[i]):,} prompt + {int(output_tokens[i]):,} output); "
+                        f"SGLang aborts a prompt over {pool_tokens - 6:,} tokens and cuts an output to "
+                        f"{longest:,} tokens less its prompt: shorten them, or leave the KV cache more memory "
+                        f"(more GPUs, a smaller weight or KV dtype)")
 
 
 def kv_needed(model, limit: int, max_num_batched_tokens: int, block_size: int) -> int:

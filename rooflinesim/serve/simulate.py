@@ -213,6 +213,8 @@ def serve(model, spec, profile, d: Deployment, reqs: Requests, *, engine: str = 
                                    eager_prefill=eager_prefill, max_model_len=limit,
                                    fit_max_model_len=fit_limit, prefix_caching=prefix_caching,
                                    disable_cascade_attn=disable_cascade_attn, cuda_graph_max_bs=cuda_graph_max_bs)
+    if engine == "sglang":
+        context.check_sglang_pool(reqs.input_tokens, reqs.output_tokens, kv_tokens)
 
     def once(scale):
         return _replicas(engine, reqs, steps if scale is None else steps.scaled(scale), p, d.dp, concurrency,
@@ -381,6 +383,8 @@ def _serve_pd(model, spec, profile, d: Deployment, reqs: Requests, pd: tuple, de
                                 max_model_len=max_model_len, fit_max_model_len=fit_max_model_len,
                                 prefix_caching=prefix_caching, disable_cascade_attn=disable_cascade_attn,
                                 cuda_graph_max_bs=cuda_graph_max_bs)
+        if engine == "sglang":
+            context.check_sglang_pool(reqs.input_tokens, reqs.output_tokens, kv)
         pools.append(disaggregated.Pool(count, p, kv, steps, kv_bytes_per_token_per_gpu(model, dep), dep.gpus,
                                         spec.name, profile))
     prefill, decode = pools
