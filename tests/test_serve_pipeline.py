@@ -13,6 +13,7 @@ from rooflinesim.hardware import load_spec
 from rooflinesim.models.config import load_config
 from rooflinesim.models.deploy import Deployment
 from rooflinesim.models.workload import predict_model
+from rooflinesim.serve.schedulers import base, vllm
 from rooflinesim.serve.simulate import serve, step_times
 from rooflinesim.serve.traffic import Requests, random_requests
 
@@ -113,3 +114,61 @@ def test_a_pipeline_holds_more_kv_cache_and_other_engines_refuse_it():
     for engine in ("sglang", "trtllm", "hf"):
         with pytest.raises(UserError, match="pipeline"):
             serve(LLAMA8, H100, FITTED, Deployment(pp=2), random_requests(4, 100, 4), engine=engine)
+
+
+def _same_runs(fast, slow) -> None:
+    """Two runs' metrics, requests, gaps and logged steps agree (to rounding)."""
+    a, b = fast.served, slow.served
+    for f in ("scheduled_s", "first_token_s", "finish_s"):
+        assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12, nan_ok=True), f
+    assert np.array_equal(a.output_tokens, b.output_tokens) and a.preemptions == b.preemptions
+    assert np.sort(a.itl_s) == pytest.approx(np.sort(b.itl_s), rel=1e-9, abs=1e-12)
+    for f in ("start_s", "duration_s", "tokens", "sequences", "sampled", "kv_blocks_used"):
+        assert a.steps[f] == pytest.approx(b.steps[f], rel=1e-9, abs=1e-12), f
+    assert fast.metrics.keys() == slow.metrics.keys()
+    for k, v in fast.metrics.items():
+        assert v == pytest.approx(slow.metrics[k], rel=1e-9, nan_ok=True), k
+
+
+@pytest.mark.parametrize("pp, rate, kv, concurrency, budget", [
+    (2, 5.0, None, None, None), (2, 40.0, None, None, None), (3, 10.0, None, None, None),
+    (2, float("inf"), 30_000, None, None), (2, 20.0, None, 6, None), (2, 10.0, 40_000, None, 512),
+    (4, 8.0, None, None, 2048)])
+def test_a_pipeline_in_lockstep_takes_its_loops_batches(pp, rate, kv, concurrency, budget, monkeypatch):
+    # (batches of decodes, and of the prompts sent since beside them, launched and taken back on
+    # plain numbers: the same batches, at the same times, as the loop takes them on arrays;
+    # small caches preempting, a concurrency limit, a budget cutting prompts)
+    reqs = random_requests(300, 800, 120, rate=rate, range_ratio=0.2, seed=7)
+    kw = dict(kv_tokens=kv, concurrency=concurrency, max_num_batched_tokens=budget,
+              max_num_seqs=budget and 256, interval_samples=0)
+    taken, steps = [], vllm._PipelineLockstep.steps
+
+    def counted(self, *args):
+        out = steps(self, *args)
+        taken.append(out[1])
+        return out
+
+    monkeypatch.setattr(vllm._PipelineLockstep, "steps", counted)
+    fast = serve(LLAMA8, H100, FITTED, Deployment(pp=pp), reqs, **kw)
+    assert sum(taken) > 0  # (requests finished in lockstep)
+    monkeypatch.setattr(base.Sim, "stretches", False)
+    _same_runs(fast, serve(LLAMA8, H100, FITTED, Deployment(pp=pp), reqs, **kw))
+
+
+@settings(max_examples=30, deadline=None)
+@given(reqs=st.lists(st.tuples(st.floats(0, 20), st.integers(1, 2500), st.integers(1, 150)), min_size=1, max_size=60),
+       budget=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([4, 64]), kv=st.sampled_from([4000, 10**6]),
+       block=st.sampled_from([1, 16]), pp=st.sampled_from([2, 3]), concurrency=st.sampled_from([None, 3]))
+def test_a_pipeline_in_lockstep_agrees_with_its_loop(reqs, budget, seqs, kv, block, pp, concurrency):
+    t, i, o = (np.array(x) for x in zip(*sorted(reqs)))
+    kv = max(kv, int(((i + o + block - 1) // block).max()) * block)
+    r = Requests(t - t[0], i, o)
+    kw = dict(max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs, kv_tokens=kv, block_size=block,
+              concurrency=concurrency, interval_samples=0)
+    fast = serve(LLAMA8, H100, FITTED, Deployment(pp=pp), r, **kw)
+    try:
+        base.Sim.stretches = False
+        slow = serve(LLAMA8, H100, FITTED, Deployment(pp=pp), r, **kw)
+    finally:
+        base.Sim.stretches = True
+    _same_runs(fast, slow)

@@ -722,6 +722,7 @@ class VllmV1Pipeline(VllmV1):
         stage_free = [0.0] * p.stages
         mark = np.zeros(n, dtype=bool)  # (the requests a batch brings tokens back for, while it is taken)
         done = 0
+        light = self.stretches and self.group is None  # (the prefix cache's bookkeeping is _schedule's)
         while done < n:
             self.send_due(waiting)
             if not waiting and run.size == 0 and not inflight:
@@ -743,6 +744,10 @@ class VllmV1Pipeline(VllmV1):
                 mark[back] = False
                 done += self._sampled(run, got, tokens, gen)
                 free = self.free_blocks(run)
+            if light and not waiting and run.size and self.due() > self.now:  # (then on plain numbers, as they go)
+                free, finished = _PipelineLockstep(self, run, inflight, stage_free).steps(
+                    waiting, tokens, gen, free, n - done)
+                done += finished
         return self.served()
 
     def preempted(self, i: int) -> None:
@@ -772,3 +777,214 @@ class VllmV1Pipeline(VllmV1):
         inflight.append((t, ids, self.epoch[ids]))
         self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, sampled)
         return True, free
+
+
+class _Batch(Lockstep):
+    """The requests of one batch of ``_PipelineLockstep`` as plain numbers (``Lockstep``'s),
+    ``g`` the batch's launches: each request's computed tokens are ``cbase + g``, its
+    generated ones ``gbase + g`` once the batch is back (it is done at ``g`` = its end), its
+    blocks those of its computed tokens (``count_blocks``). ``last``: when those that had a
+    token before the batch's last launch last got one (one time for all, or a list, each its
+    own, until the batch is first back); ``fresh``: those whose prompt the last launch
+    computed, their first token on its way."""
+
+    def __init__(self, sim, ids: list, computed: list, generated: list, last):
+        super().__init__(sim, ids, computed, generated)
+        self.count_blocks(sim.p.block_size)
+        self.last, self.fresh, self.flying = last, [], False
+
+    def add(self, i: int, known: int) -> None:
+        """Request ``i`` joins as the batch is launched, its ``known`` tokens computed in it
+        (its first token sampled at its end)."""
+        g = self.g
+        self._count(known - g, 1)
+        self.ids.append(i)
+        self.cbase.append(known - g)
+        self.gbase.append(1 - g)
+        self.ends.append(int(self.sim.output[i]) - 1 + g)
+        self.total += known - g
+        self.fresh.append(i)
+
+
+class _PipelineLockstep:
+    """``VllmV1Pipeline.run``'s loop while every batch it launches takes the batch that came
+    back last (the loop's batch of every request whose token is back), a decode each, and
+    every request sent since with its whole prompt (none preempted before, none cut to the
+    budget, held back by ``max_num_seqs`` or short of blocks), none preempted: then the
+    requests of a batch stay together, each launch priced by each stage's table from whole
+    numbers kept up to date (the decodes' number and mean context, the prompts'), and a batch
+    back gives each of its requests a token (those with all their output leave). Each batch
+    kept as ``_Batch``, a step costs the same whatever its size. The same batches, at the
+    same times, as the loop's; where its next iteration would be of another kind, the arrays
+    get their values back and the loop goes on."""
+
+    def __init__(self, sim: "VllmV1Pipeline", run: Running, inflight: deque, stage_free: list):
+        self.sim, self.run, self.inflight, self.stage_free = sim, run, inflight, stage_free
+        self.ok = False
+        bs = sim.p.block_size
+        want = run.tokens - run.computed
+        if _count(want > 1) or _count(run.generated < 1) or _count(run.held != _blocks(run.computed, bs)):
+            return  # (a prompt in progress, one yet to sample, or blocks held past the computed tokens')
+        if _count(want == 0) != sum(ids.size for _, ids, _ in inflight) or \
+                any(_count(sim.epoch[ids] != epochs) for _, ids, epochs in inflight):
+            return  # (each request in flight in one batch, none preempted)
+        self.ok = True
+        ids = run.id.tolist()
+        self.order = {i: r for r, i in enumerate(ids)}  # (running order, to give back; joins after)
+        computed, generated, last = run.computed.tolist(), run.generated.tolist(), run.last.tolist()
+        order = self.order
+
+        def batch(members, back: int):  # (``back``: 1 for a batch in flight, its token counted as back)
+            rows = [order[i] for i in members]
+            return _Batch(sim, members, [computed[r] for r in rows], [generated[r] + back for r in rows],
+                          [last[r] for r in rows])
+
+        self.batches = deque()
+        for end, members, _ in inflight:
+            b = batch(members.tolist(), 1)
+            b.flying = True
+            self.batches.append((end, b))
+        ready = [i for i, w in zip(ids, want.tolist()) if w == 1]
+        self.ready = batch(ready, 0) if ready else None
+        self.running = len(ids)
+
+    def steps(self, waiting, tokens, gen, free: int, unfinished: int) -> tuple:
+        """Launches and batches back while they are of that kind, up to ``unfinished``
+        requests finished: (the free blocks, how many finished)."""
+        if not self.ok:
+            return free, 0
+        sim, done = self.sim, 0
+        p = sim.p
+        batches = self.batches
+        while done < unfinished:
+            sim.send_due(waiting)
+            b = self.ready
+            if not waiting and b is None and not batches:
+                sim.idle(sim.due())
+                continue
+            if len(batches) < p.stages and (b is not None or waiting):
+                left = self._launch(b, waiting, tokens, gen, free)
+                if left is None:
+                    break
+                free = left
+                continue
+            end, b = batches.popleft()  # (a batch back: a token each)
+            if end > sim.now:
+                sim.now = end
+            free, finished = self._back_from(b, free)
+            done += finished
+        self._back()
+        return free, done
+
+    def _launch(self, b, waiting, tokens, gen, free: int):
+        """The loop's launch of batch ``b`` (None: none back) and every waiting request:
+        (the free blocks after it), or None where the loop's would be of another kind."""
+        sim = self.sim
+        p = sim.p
+        n = len(b.ids) if b is not None else 0
+        grow = b.held_at(b.g + 1) - b.held_at(b.g) if n else 0
+        if grow > free or n > p.max_num_batched_tokens:
+            return None  # (a preemption, or a budget cut)
+        free -= grow
+        ids = list(waiting)
+        prompts = [int(tokens[i]) for i in ids]
+        prompt_tokens = sum(prompts)
+        if ids:
+            bs = p.block_size
+            blocks = sum([-(-t // bs) for t in prompts])
+            if self.running + len(ids) > p.max_num_seqs or prompt_tokens > p.max_num_batched_tokens - n \
+                    or blocks > free or min(prompts) < 2 or any(int(gen[i]) for i in ids):
+                return None  # (one held back, cut, or short of blocks; a one-token prompt; a recomputation)
+            free -= blocks
+            now = sim.now
+            for i in ids:
+                if math.isnan(sim.scheduled[i]):
+                    sim.scheduled[i] = now
+            sim.looked_up(prompt_tokens, 0)
+            waiting.clear()
+        if b is None:
+            b = _Batch(sim, [], [], [], [])
+        g = b.g = b.g + 1
+        m = n + len(ids)
+        mean = (b.total + n * g) / n if n else 0.0
+        chunk = (len(ids), prompt_tokens, sum([t * t for t in prompts]) / prompt_tokens) if ids else (0, 0, 0.0)
+        t = sim.now + p.step_overhead_s
+        sim.now = t
+        stage_free = self.stage_free
+        start = t if t > stage_free[0] else stage_free[0]
+        for s, table in enumerate(sim.steps.stage_tables):
+            t = (t if t > stage_free[s] else stage_free[s]) + table.step_s(n, mean, *chunk, m)
+            stage_free[s] = t
+        sim.record(start, t - start, n + prompt_tokens, m, p.kv_blocks - free, m)
+        for i, known in zip(ids, prompts):
+            b.add(i, known)
+            self.order[i] = len(self.order)
+        self.running += len(ids)
+        b.flying = True
+        self.batches.append((t, b))
+        self.ready = None
+        return free
+
+    def _back_from(self, b: _Batch, free: int) -> tuple:
+        """Batch ``b`` is back now: a token each (a first for those it computed the prompt
+        of), those with all their output leave. (The free blocks, how many left.)"""
+        if not b.ids:  # (a batch of prompt chunks none of which sampled)
+            return free, 0
+        sim = self.sim
+        now, g = sim.now, b.g
+        fresh = b.fresh
+        if isinstance(b.last, list):
+            if b.last:
+                sim.itl.append(([now - t for t in b.last], 1))
+        elif len(b.ids) > len(fresh):
+            sim.itl.append(([now - b.last], len(b.ids) - len(fresh)))
+        for i in fresh:
+            sim.first[i] = now
+        b.last, b.fresh, b.flying = now, [], False
+        finished = 0
+        if min(b.ends) <= g:  # (those with all their output leave, their blocks freed)
+            going = [r for r, e in enumerate(b.ends) if e <= g]
+            bs = sim.p.block_size
+            for r in reversed(going):
+                i = b.ids[r]
+                sim.finish[i] = sim.last_token[i] = now
+                sim.generated[i] = b.gbase[r] + g
+                free += -(-(b.cbase[r] + g) // bs)
+                b.drop(r)
+            finished = len(going)
+            self.running -= finished
+            sim.release(finished)
+        self.ready = b if b.ids else None
+        return free, finished
+
+    def _back(self) -> None:
+        """``run``'s arrays and the batches in flight from the numbers."""
+        sim, run, bs = self.sim, self.run, self.sim.p.block_size
+        groups = [b for _, b in self.batches] + ([self.ready] if self.ready is not None else [])
+        cols = {f: [] for f in ("id", "computed", "generated", "want", "last")}
+        for b in groups:
+            ids, computed, generated = b.arrays()
+            old = len(b.ids) - len(b.fresh)
+            cols["id"].append(ids)
+            cols["computed"].append(computed)
+            cols["generated"].append(generated - b.flying)
+            cols["want"].append(np.full(ids.size, 0 if b.flying else 1, dtype=np.int64))
+            cols["last"].append(np.concatenate((
+                np.asarray(b.last, dtype=float) if isinstance(b.last, list) else np.full(old, b.last),
+                sim.last_token[ids[old:]])))
+        if groups:
+            ids = np.concatenate(cols["id"])
+            order = np.argsort(np.array([self.order[i] for i in ids.tolist()], dtype=np.int64), kind="stable")
+            run.id = ids[order]
+            run.computed = np.concatenate(cols["computed"])[order]
+            run.generated = np.concatenate(cols["generated"])[order]
+            run.tokens = run.computed + np.concatenate(cols["want"])[order]
+            run.last = np.concatenate(cols["last"])[order]
+        else:
+            run.keep(np.zeros(run.size, dtype=bool))
+        run.held = _blocks(run.computed, bs)
+        run.output = sim.output[run.id]
+        self.inflight.clear()
+        for end, b in self.batches:
+            a = np.array(b.ids, dtype=np.int64)
+            self.inflight.append((end, a, sim.epoch[a]))
