@@ -707,7 +707,9 @@ class VllmV1Pipeline(VllmV1):
     in the next batch); otherwise the engine waits for the oldest batch and takes its
     sampled tokens. A batch passes the stages in order, each stage taking its part of the
     step (``StepTimes.stage_s_of``) once it is free of the batch before. A request
-    preempted while in flight drops the token its batch brings back."""
+    preempted while in flight drops the token its batch brings back. At a light load the
+    batches are taken on plain numbers (``_PipelineLockstep``) while they are decodes and
+    whole prompts."""
 
     def run(self) -> Served:
         p = self.p
