@@ -14,6 +14,9 @@ from itertools import accumulate
 import numpy as np
 
 
+COUNT_IN_NUMPY = 32  # (requests past which count_blocks counts them in numpy, not one by one)
+
+
 class Lockstep:
     """The running requests ``ids`` with their computed and generated tokens, as numbers."""
 
@@ -33,7 +36,12 @@ class Lockstep:
         """Count the KV blocks of ``bs`` tokens the requests' computed tokens fill, as they join
         and leave (``held_at``): each request's computed tokens less g as q whole blocks and r
         more tokens, ``hist[r]`` how many have r, ``whole`` the sum of their q."""
-        self.bs, self.hist, self.whole = bs, [0] * bs, 0
+        self.bs = bs
+        if len(self.cbase) > COUNT_IN_NUMPY:  # (many requests: one call into numpy for all)
+            q, r = np.divmod(np.array(self.cbase, dtype=np.int64), bs)
+            self.hist, self.whole = np.bincount(r, minlength=bs).tolist(), int(q.sum())
+            return
+        self.hist, self.whole = [0] * bs, 0
         for c in self.cbase:
             self._count(c, 1)
 
