@@ -69,6 +69,15 @@ class Lockstep:
         """Request ``i`` joins: a step ending ``now`` computed its ``known`` tokens and sampled
         one more (it had ``had``). Its gap, where it had a token before (recomputed after a
         pause), else None (its first token, recorded)."""
+        self._append(i, known, had)
+        if had:
+            return now - float(self.sim.last_token[i])
+        self.sim.first[i] = now
+        return None
+
+    def _append(self, i: int, known: int, had: int) -> None:
+        """Request ``i`` joins the numbers with its ``known`` tokens computed and one more
+        sampled than the ``had`` it had (at the step count now)."""
         g = self.g
         if self.bs:
             self._count(known - g, 1)
@@ -77,10 +86,6 @@ class Lockstep:
         self.gbase.append(had + 1 - g)
         self.ends.append(int(self.sim.output[i]) - had - 1 + g)
         self.total += known - g
-        if had:
-            return now - float(self.sim.last_token[i])
-        self.sim.first[i] = now
-        return None
 
     def drop(self, r: int) -> None:
         """Row ``r`` leaves (a request finished)."""

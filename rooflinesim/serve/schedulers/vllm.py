@@ -769,16 +769,23 @@ class VllmV1Pipeline(VllmV1):
         sampled = _count(samples)
         stage_s = self.steps.stage_s_of(give[on], ctx[on], (want == 1)[on], sampled, common)
         run.computed = ctx
-        t = self.now + p.step_overhead_s  # (the host forms the batch, then the first stage takes it when free)
+        start, t = self._through_stages(stage_s, stage_free)
+        ids = run.id[samples]
+        inflight.append((t, ids, self.epoch[ids]))
+        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, sampled)
+        return True, free
+
+    def _through_stages(self, stage_s: list, stage_free: list) -> tuple:
+        """A batch formed now, each stage taking its part ``stage_s`` once free of the batch
+        before (``stage_free``, updated): the host forms it, then the first stage takes it
+        when free. (When the first stage starts it, when the last finishes it.)"""
+        t = self.now + self.p.step_overhead_s
         self.now = t
         start = max(t, stage_free[0])
         for s, dur in enumerate(stage_s):
             t = max(t, stage_free[s]) + dur
             stage_free[s] = t
-        ids = run.id[samples]
-        inflight.append((t, ids, self.epoch[ids]))
-        self.record(start, t - start, int(_sum(give)), _count(on), p.kv_blocks - free, sampled)
-        return True, free
+        return start, t
 
 
 class _Batch(Lockstep):
@@ -798,13 +805,7 @@ class _Batch(Lockstep):
     def add(self, i: int, known: int) -> None:
         """Request ``i`` joins as the batch is launched, its ``known`` tokens computed in it
         (its first token sampled at its end)."""
-        g = self.g
-        self._count(known - g, 1)
-        self.ids.append(i)
-        self.cbase.append(known - g)
-        self.gbase.append(1 - g)
-        self.ends.append(int(self.sim.output[i]) - 1 + g)
-        self.total += known - g
+        self._append(i, known, 0)
         self.fresh.append(i)
 
 
@@ -910,13 +911,8 @@ class _PipelineLockstep:
         m = n + len(ids)
         mean = (b.total + n * g) / n if n else 0.0
         chunk = (len(ids), prompt_tokens, sum([t * t for t in prompts]) / prompt_tokens) if ids else (0, 0, 0.0)
-        t = sim.now + p.step_overhead_s
-        sim.now = t
-        stage_free = self.stage_free
-        start = t if t > stage_free[0] else stage_free[0]
-        for s, table in enumerate(sim.steps.stage_tables):
-            t = (t if t > stage_free[s] else stage_free[s]) + table.step_s(n, mean, *chunk, m)
-            stage_free[s] = t
+        start, t = sim._through_stages([table.step_s(n, mean, *chunk, m) for table in sim.steps.stage_tables],
+                                       self.stage_free)
         sim.record(start, t - start, n + prompt_tokens, m, p.kv_blocks - free, m)
         for i, known in zip(ids, prompts):
             b.add(i, known)
